@@ -1,0 +1,433 @@
+"""
+The configuration schema: every key mqgate understands, in one table.
+
+Theory of operation
+-------------------
+``KEYS`` is a tuple of ``Key`` rows.  A row names one key in its canonical spelling
+(``mqgate.…``), its value type, its default (written as text, exactly as it would appear
+in the properties file) and a one-line doc.  Everything else is derived from the table:
+validation and typed values (``settings.py``), the "did you mean" suggestions for
+unknown keys, and the documented ``etc/mqgate.properties`` (``render_properties``).
+
+Adding a key means adding a row.  Keys are never patterns: a family of keys (the
+per-service ``mqgate.SERVICE.PROTOCOL.port`` / ``.hostname`` pairs of S1.4/S1.5) is
+written out by a small generator function (``_service_rows``) that returns ordinary
+rows.
+Explicit rows keep lookups exact, make every key appear in the rendered file and give
+close-match suggestions something concrete to match against.
+
+Every key spelled ``imq.…`` is an alias of the same key spelled ``mqgate.…`` (SPEC
+introduction), see ``canonical_key``.
+
+Value types are small frozen objects with ``parse(text) -> value`` (raising ValueError
+on bad input), ``format(value) -> text`` (the inverse) and ``allowed``, the phrase a
+``ConfigError`` shows the operator.  ``REGENERATE`` is the command that rewrites the
+shipped ``etc/mqgate.properties`` after a row is added.
+"""
+
+import re
+import textwrap
+
+import attrs
+
+from mqgate.config.properties import escape_value
+
+__all__ = [
+    "Bool", "Int", "Seconds", "Size", "Choice", "Text", "TextList", "Key",
+    "KEYS", "SCHEMA", "SERVICES", "SERVICE_PORT_KEYS", "SHIPPED_OVERRIDES",
+    "INSTANCE_NAME", "CANONICAL_PREFIX", "ALIAS_PREFIX",
+    "canonical_key", "render_properties", "REGENERATE",
+]
+
+CANONICAL_PREFIX = "mqgate."
+# OpenMQ's spelling of every key (SPEC introduction: an OpenMQ config.properties carries
+# over).
+ALIAS_PREFIX = "imq."
+
+# S0.5: the instance name becomes a directory name under VARHOME/instances/, so it is
+# kept to characters that are safe in a path on every platform.
+INSTANCE_NAME = re.compile(r"[A-Za-z0-9_]{1,32}")
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_SIZE = re.compile(r"([0-9]+)([bkmg]?)", re.IGNORECASE)
+# OpenMQ sizes (imq.message.max_size=70m) use binary multiples.
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+
+
+def canonical_key(key):
+    """Return the canonical spelling of a key: ``imq.X`` -> ``mqgate.X``."""
+    if key.startswith(ALIAS_PREFIX):
+        return CANONICAL_PREFIX + key[len(ALIAS_PREFIX):]
+    return key
+
+
+# -------------------------------------------------------------------------------------
+# Value types
+
+
+def _in_range(number, minimum, maximum):
+    """Return number if minimum <= number <= maximum (maximum None: no bound)."""
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(number)
+    return number
+
+
+@attrs.frozen
+class Bool:
+    """``true`` or ``false``, in any letter case."""
+
+    allowed = "true or false"
+
+    def parse(self, text):
+        """Return the bool written as text; ValueError otherwise."""
+        lowered = text.lower()
+        if lowered == "true":
+            return True
+        if lowered == "false":
+            return False
+        raise ValueError(text)
+
+    def format(self, value):
+        """Return the text of a bool."""
+        return "true" if value else "false"
+
+
+@attrs.frozen
+class Int:
+    """A whole number within ``[minimum, maximum]`` (maximum None: no upper bound)."""
+
+    minimum: int = 0
+    maximum: int | None = None
+
+    @property
+    def allowed(self):
+        """The phrase naming the accepted range."""
+        if self.maximum is None:
+            return f"an integer of at least {self.minimum}"
+        return f"an integer from {self.minimum} to {self.maximum}"
+
+    def parse(self, text):
+        """Return the integer in text; ValueError if malformed or out of range."""
+        # int() alone would also take "1_000" and " 7 "; the file format is stricter.
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(text)
+        return self._check(int(text))
+
+    def _check(self, number):
+        return _in_range(number, self.minimum, self.maximum)
+
+    def format(self, value):
+        """Return the text of an integer."""
+        return str(value)
+
+
+@attrs.frozen
+class Seconds(Int):
+    """A duration in whole seconds, within ``[minimum, maximum]``."""
+
+    @property
+    def allowed(self):
+        """The phrase naming the accepted range."""
+        if self.maximum is None:
+            return f"a number of seconds of at least {self.minimum}"
+        return f"a number of seconds from {self.minimum} to {self.maximum}"
+
+
+@attrs.frozen
+class Size:
+    """A size in bytes: a whole number, optionally followed by b, k, m or g."""
+
+    minimum: int = 0
+    maximum: int | None = None
+
+    @property
+    def allowed(self):
+        """The phrase naming the accepted form."""
+        phrase = ("a size in bytes: a whole number, optionally followed by "
+                  "b, k, m or g (e.g. 70m)")
+        if self.minimum:
+            phrase += f", at least {self.minimum} bytes"
+        if self.maximum is not None:
+            phrase += f", at most {self.maximum} bytes"
+        return phrase
+
+    def parse(self, text):
+        """Return the number of bytes written as text; ValueError otherwise."""
+        match = _SIZE.fullmatch(text)
+        if not match:
+            raise ValueError(text)
+        number = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+        return _in_range(number, self.minimum, self.maximum)
+
+    def format(self, value):
+        """Return the text of a size, with the largest exact unit."""
+        for suffix in ("g", "m", "k"):
+            unit = _SIZE_UNITS[suffix]
+            if value and value % unit == 0:
+                return f"{value // unit}{suffix}"
+        return str(value)
+
+
+@attrs.frozen
+class Choice:
+    """One of a fixed set of words, in any letter case.
+
+    The parsed value is the word as spelled in ``choices``.
+    """
+
+    choices: tuple
+
+    @property
+    def allowed(self):
+        """The phrase listing the choices."""
+        return "one of: " + ", ".join(self.choices)
+
+    def parse(self, text):
+        """Return the choice as spelled in ``choices``; ValueError if not listed."""
+        for choice in self.choices:
+            if choice.lower() == text.lower():
+                return choice
+        raise ValueError(text)
+
+    def format(self, value):
+        """Return the text of a choice."""
+        return value
+
+
+@attrs.frozen
+class Text:
+    """Any text, or text matching ``pattern`` (described by ``description``)."""
+
+    pattern: re.Pattern | None = None
+    description: str = "any text"
+
+    @property
+    def allowed(self):
+        """The phrase describing the accepted text."""
+        return self.description
+
+    def parse(self, text):
+        """Return the text; ValueError if a pattern is set and does not match."""
+        if self.pattern is not None and not self.pattern.fullmatch(text):
+            raise ValueError(text)
+        return text
+
+    def format(self, value):
+        """Return the text."""
+        return value
+
+
+@attrs.frozen
+class TextList:
+    """A comma-separated list; items are stripped, empty items and repeats dropped.
+
+    With ``choices`` every item must be one of them (any letter case).
+    """
+
+    choices: tuple | None = None
+
+    @property
+    def allowed(self):
+        """The phrase describing the accepted list."""
+        if self.choices is None:
+            return "a comma-separated list"
+        return "a comma-separated list of: " + ", ".join(self.choices)
+
+    def parse(self, text):
+        """Return the items as a tuple of str; ValueError if an item is not allowed."""
+        items = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if self.choices is not None:
+                item = Choice(self.choices).parse(item)
+            if item not in items:
+                items.append(item)
+        return tuple(items)
+
+    def format(self, value):
+        """Return the text of a list."""
+        return ",".join(value)
+
+
+# -------------------------------------------------------------------------------------
+# The table
+
+
+@attrs.frozen
+class Key:
+    """One configuration key.
+
+    @ivar name: the canonical spelling (``mqgate.…``).
+    @ivar type: the value type (Bool, Int, Seconds, Size, Choice, Text, TextList).
+    @ivar default: the default, as text (as it would be written in the file).
+    @ivar doc: one line for the operator.
+    """
+
+    name: str
+    type: object
+    default: str
+    doc: str
+
+
+# S1.1: the built-in services, their type and transport.
+SERVICES = {
+    "jms": ("NORMAL", "tcp"),
+    "ssljms": ("NORMAL", "tls"),
+    "httpjms": ("NORMAL", "http"),
+    "httpsjms": ("NORMAL", "https"),
+    "admin": ("ADMIN", "tcp"),
+    "ssladmin": ("ADMIN", "tls"),
+}
+
+_PORT = Int(0, 65535)
+
+
+def _service_rows():
+    """Rows for the port and bind address of each socket service (S1.4, S1.5).
+
+    The http services are left out: the tunnel has its own keys (S1.4), added with it.
+    """
+    rows = []
+    for service, (_kind, protocol) in SERVICES.items():
+        if protocol not in ("tcp", "tls"):
+            continue
+        prefix = f"mqgate.{service}.{protocol}"
+        rows.append(Key(
+            f"{prefix}.port", _PORT, "0",
+            f"Port of the {service} service; 0 lets the OS choose one, published by "
+            "the port mapper (S1.4)."))
+        rows.append(Key(
+            f"{prefix}.hostname", Text(), "",
+            f"Bind address of the {service} service; empty means mqgate.hostname "
+            "(S1.5)."))
+    return rows
+
+
+KEYS = (
+    Key("mqgate.instancename",
+        Text(INSTANCE_NAME, "1 to 32 letters, digits or underscores"), "mqgate",
+        "Name of this broker instance; its data lives under VARHOME/instances/NAME "
+        "(S0.5). --instance overrides it."),
+    Key("mqgate.hostname", Text(), "127.0.0.1",
+        "Default bind address of every service (S1.5)."),
+    Key("mqgate.service.activelist", TextList(tuple(SERVICES)), "jms,admin",
+        "Services started at start-up (S1.2)."),
+    *_service_rows(),
+    Key("mqgate.portmapper.port", _PORT, "7676",
+        "Port of the port mapper (S1.3)."),
+    Key("mqgate.portmapper.hostname", Text(), "",
+        "Bind address of the port mapper; empty means mqgate.hostname (S1.3)."),
+    Key("mqgate.portmapper.backlog", Int(1, 65535), "50",
+        "Listen backlog of the port mapper (S1.3)."),
+    Key("mqgate.autocreate.queue", Bool(), "true",
+        "Create a queue when a client names one that does not exist (S2.5)."),
+    Key("mqgate.autocreate.topic", Bool(), "true",
+        "Create a topic when a client names one that does not exist (S2.5)."),
+    Key("mqgate.destination.default_type", Choice(("queue", "topic")), "queue",
+        "What a bare address name (no queue:// or topic://) means (S2.1)."),
+    Key("mqgate.message.max_size", Size(), "70m",
+        "Largest single message accepted, in bytes (S2.2)."),
+    Key("mqgate.amqp.max_frame_size", Int(512, 4294967295), "1048576",
+        "Largest AMQP frame the broker accepts, offered in its open frame."),
+    Key("mqgate.amqp.idle_timeout", Seconds(0, 86400), "60",
+        "AMQP idle timeout offered in the open frame; 0 disables it (S1.7)."),
+    Key("mqgate.amqp.producer_credit", Int(1, 1000000), "1000",
+        "Link credit granted to a producer, topped up when half is used (S2.7)."),
+    Key("mqgate.amqp.channel_max", Int(0, 65535), "255",
+        "Highest AMQP channel (session) number a connection may use."),
+    Key("mqgate.authentication.basic.user_repository", Choice(("file", "ldap")), "file",
+        "Where user names and passwords are checked (S4)."),
+    Key("mqgate.user_repository.file.dirpath", Text(), "",
+        "Directory of the password file; empty means VARHOME/instances/NAME/etc."),
+    Key("mqgate.user_repository.file.filename", Text(), "passwd",
+        "File name of the password file."),
+    Key("mqgate.authentication.anonymous.enabled", Bool(), "true",
+        "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
+    Key("mqgate.authentication.client.response.timeout", Seconds(0), "180",
+        "Seconds a client has to answer an authentication challenge."),
+    Key("mqgate.log.level", Choice(("ERROR", "WARNING", "INFO", "DEBUG")), "INFO",
+        "Lowest level of broker log messages written (S5)."),
+    Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
+        "Persistent store: the file journal or a database (S3)."),
+)
+
+
+def _index(rows):
+    """Map each key name to its row, refusing duplicates and non-canonical names."""
+    schema = {}
+    for row in rows:
+        if row.name in schema or not row.name.startswith(CANONICAL_PREFIX):
+            raise AssertionError(f"bad schema row {row.name!r}")
+        schema[row.name] = row
+    return schema
+
+
+SCHEMA = _index(KEYS)
+
+# The port key of each service that has one (used by the --port command-line option).
+SERVICE_PORT_KEYS = {
+    service: f"mqgate.{service}.{protocol}.port"
+    for service, (_kind, protocol) in SERVICES.items()
+    if f"mqgate.{service}.{protocol}.port" in SCHEMA
+}
+
+# S1.4: the shipped file fixes the well-known AMQP port so off-the-shelf clients connect
+# without the port mapper.
+SHIPPED_OVERRIDES = {
+    "mqgate.hostname": "127.0.0.1",
+    "mqgate.jms.tcp.port": "5672",
+    "mqgate.service.activelist": "jms,admin",
+}
+
+REGENERATE = (
+    "python -c \"from mqgate.config.schema import *; "
+    "print(render_properties(SHIPPED_OVERRIDES), end='')\" > etc/mqgate.properties")
+
+_HEADER = f"""\
+# mqgate configuration (Java .properties syntax).
+#
+# Every key mqgate understands is listed below with what it means, what it accepts and
+# its default.  A line starting with '#' is a comment: a commented-out key shows the
+# default, and removing the '#' and changing the value overrides it.  Every key may also
+# be spelled imq.... (the OpenMQ spelling), and overridden on the command line with
+# 'twistd mqgate -D key=value'.  Unknown keys are reported at start-up.
+#
+# This file is generated from mqgate/config/schema.py; after changing the schema run
+#   {REGENERATE}
+"""
+
+
+def _comment(text):
+    """Return text as comment lines of at most 88 characters."""
+    return textwrap.wrap(text, 88, initial_indent="# ", subsequent_indent="# ")
+
+
+def render_properties(overrides=None):
+    """Return the text of a documented properties file.
+
+    Every key of the schema is written with its doc, its allowed values and its default;
+    a key is commented out unless ``overrides`` gives it a value.
+
+    Args:
+        overrides: optional mapping of canonical key -> value text to set (uncommented).
+
+    Raises:
+        KeyError: an override names a key that is not in the schema.
+    """
+    overrides = dict(overrides or {})
+    for name in overrides:
+        if name not in SCHEMA:
+            raise KeyError(name)
+    blocks = [_HEADER]
+    for row in KEYS:
+        lines = _comment(row.doc) + _comment(f"Allowed: {row.type.allowed}.")
+        lines.append(f"# Default: {row.default or '(empty)'}")
+        if row.name in overrides:
+            lines.append(f"{row.name}={escape_value(overrides[row.name])}")
+        else:
+            lines.append(f"#{row.name}={escape_value(row.default)}")
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+

@@ -1,0 +1,159 @@
+# -*- test-case-name: tests.config.test_tap -*-
+"""
+The ``twistd mqgate`` command line: options and the service maker (S0.4, P9).
+
+``Options`` turns the command line into one frozen ``Settings`` in ``postOptions``, so
+every bad argument or configuration value stops ``twistd`` with a ``UsageError`` naming
+the value, before anything is started.  ``makeService`` hands the settings to
+``mqgate.service.build_broker``, which composes the broker's ``MultiService``.  This
+module and ``service.py`` are the only places that may use the global reactor.
+"""
+
+import os
+
+from twisted.logger import Logger
+from twisted.python import usage
+
+from mqgate.config import (
+    DEFAULT_VARHOME,
+    INSTANCE_NAME,
+    SERVICE_PORT_KEYS,
+    Settings,
+    read_settings,
+)
+from mqgate.errors import ConfigError
+
+__all__ = ["Options", "makeService", "default_config_path"]
+
+_log = Logger()
+
+
+def default_config_path():
+    """Return the shipped ``etc/mqgate.properties`` of the checkout, or None.
+
+    When mqgate runs from its source tree the shipped file sits beside the package; an
+    installed package has none and runs on the embedded defaults (S0.3).
+    """
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(checkout, "etc", "mqgate.properties")
+    return path if os.path.isfile(path) else None
+
+
+def _one_paragraph(method):
+    """Join a method's docstring into one paragraph: usage.Options shows it as --help
+    text and would otherwise keep the source indentation."""
+    method.__doc__ = " ".join(method.__doc__.split())
+    return method
+
+
+class Options(usage.Options):
+    """Command-line options of ``twistd mqgate`` (S0.4).
+
+    After ``parseOptions``: ``self["settings"]`` is the ``Settings`` to run with and
+    ``self["overrides"]`` the ``-D``/``--port`` overrides, in command-line order.
+    """
+
+    synopsis = ("[-c PATH] [-n NAME] [--varhome PATH] [-D key=value ...] "
+                "[--port SERVICE=PORT ...]")
+
+    longdesc = (
+        "mqgate is a message broker and protocol gateway: clients speak AMQP 1.0 or "
+        "STOMP 1.2 over TCP, TLS, HTTP tunnels or WebSocket. Its configuration is a "
+        "Java-style properties file (every key is listed and documented in the "
+        "shipped etc/mqgate.properties; a key may also be spelled imq.KEY, as in "
+        "OpenMQ). A broker instance has a name (default mqgate) and keeps its data "
+        "(store, logs, capture index) under VARHOME/instances/NAME. Any key can be set "
+        "on the command line with -D key=value, which beats the file; --port "
+        "SERVICE=PORT is a short form for a service's port key. Unknown keys are "
+        "reported at start-up; bad values stop it."
+    )
+
+    optParameters = [
+        ["config", "c", default_config_path(),
+         "Properties file to read. Without one (and no shipped etc/mqgate.properties "
+         "beside the package) the broker runs on the built-in defaults."],
+        ["instance", "n", None,
+         "Instance name, 1 to 32 letters, digits or underscores; the instance's data "
+         "lives under VARHOME/instances/NAME. Default: mqgate.instancename from the "
+         "configuration, else mqgate."],
+        ["varhome", None, DEFAULT_VARHOME,
+         "Var home: the directory that holds every instance's data."],
+    ]
+
+    def __init__(self):
+        super().__init__()
+        # Both -D and --port feed one ordered mapping, so the later one wins.
+        self["overrides"] = {}
+
+    @_one_paragraph
+    def opt_D(self, definition):
+        """Set a configuration key, overriding the file: -D key=value (repeatable, e.g.
+        -D mqgate.jms.tcp.port=5672). The OpenMQ spelling imq.KEY is accepted too."""
+        key, sep, value = definition.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise usage.UsageError(
+                f"-D expects key=value, got {definition!r}")
+        self._override(key, value)
+
+    # A long spelling, so that -D shows up in --help (usage.Options lists only options
+    # with a long name).
+    opt_define = opt_D
+
+    @_one_paragraph
+    def opt_port(self, assignment):
+        """Fix the port of a service: --port SERVICE=PORT (repeatable), a short form of
+        -D mqgate.SERVICE.tcp.port=PORT (.tls.port for ssljms and ssladmin)."""
+        service, sep, port = assignment.partition("=")
+        if not sep:
+            raise usage.UsageError(
+                f"--port expects SERVICE=PORT, got {assignment!r}")
+        key = SERVICE_PORT_KEYS.get(service.strip())
+        if key is None:
+            raise usage.UsageError(
+                f"--port: unknown service {service.strip()!r}; known services: "
+                + ", ".join(SERVICE_PORT_KEYS))
+        self._override(key, port)
+
+    def _override(self, key, value):
+        """Record an override so that the last one given wins, whatever its spelling."""
+        # Re-inserting moves the key to the end of the (ordered) mapping.
+        self["overrides"].pop(key, None)
+        self["overrides"][key] = value
+
+    def postOptions(self):
+        """Check the instance name, then build the settings (a ConfigError becomes a
+        UsageError carrying its message)."""
+        instance = self["instance"]
+        if instance is not None and not INSTANCE_NAME.fullmatch(instance):
+            raise usage.UsageError(
+                f"bad instance name {instance!r}: use 1 to 32 letters, digits or "
+                "underscores")
+        try:
+            self["settings"] = self._load_settings()
+        except ConfigError as error:
+            raise usage.UsageError(str(error)) from None
+
+    def _load_settings(self):
+        """Read the configuration file (if any) with the overrides applied."""
+        keywords = dict(instance=self["instance"], varhome=self["varhome"])
+        if self["config"]:
+            return read_settings(self["config"], self["overrides"], **keywords)
+        return Settings.from_properties([], self["overrides"], **keywords)
+
+
+def makeService(options):
+    """Build the broker's MultiService from parsed options (twistd's service maker).
+
+    The warnings collected while reading the configuration (unknown keys) are logged
+    here, once logging is set up, so the operator sees them at start-up.
+    """
+    # Imported here: build_broker pulls in the whole broker, and the global reactor must
+    # not be imported before twistd has installed the one it was asked for.
+    from mqgate.service import build_broker
+    from twisted.internet import reactor
+
+    settings = options["settings"]
+    for warning in settings.warnings:
+        _log.warn("{warning}", warning=warning)
+    return build_broker(settings, reactor)

@@ -1,0 +1,224 @@
+"""Tests for the twistd command line (S0.4) and the plugin; no reactor is started."""
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from twisted.application.service import IServiceMaker
+from twisted.logger import Logger, formatEvent
+from twisted.plugin import IPlugin
+from twisted.python.usage import UsageError
+
+from mqgate import tap
+from mqgate.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def config(tmp_path):
+    """Return the path of a small properties file (so tests do not depend on etc/)."""
+    path = tmp_path / "test.properties"
+    path.write_text("mqgate.jms.tcp.port=5672\nmqgate.instancename=fromfile\n",
+                    encoding="utf-8")
+    return str(path)
+
+
+def parse(*args):
+    """Parse command-line arguments and return the Options."""
+    options = tap.Options()
+    options.parseOptions(list(args))
+    return options
+
+
+def test_settings_built_from_config_file(config, tmp_path):
+    """postOptions reads the file and stores the Settings in options['settings']."""
+    options = parse("-c", config, "--varhome", str(tmp_path / "var"))
+    settings = options["settings"]
+    assert isinstance(settings, Settings)
+    assert settings.config_path == config
+    assert settings["mqgate.jms.tcp.port"] == 5672
+    assert settings.instance == "fromfile"
+    assert settings.instance_dir == str(tmp_path / "var" / "instances" / "fromfile")
+
+
+def test_default_config_is_the_shipped_file():
+    """Without -c the checkout's etc/mqgate.properties is read when it exists."""
+    assert tap.default_config_path() == str(ROOT / "etc" / "mqgate.properties")
+    assert parse()["settings"].config_path == str(ROOT / "etc" / "mqgate.properties")
+
+
+def test_no_config_runs_on_defaults():
+    """S0.3: with an empty --config the broker runs on the built-in defaults."""
+    settings = parse("--config", "")["settings"]
+    assert settings.config_path is None
+    assert settings["mqgate.jms.tcp.port"] == 0
+    assert settings.instance == "mqgate"
+
+
+def test_define_overrides_file(config):
+    """S0.4: -D key=value beats the file, in either spelling, and may repeat."""
+    settings = parse("-c", config, "-D", "imq.jms.tcp.port=6000",
+                     "-D", "mqgate.autocreate.queue=false")["settings"]
+    assert settings["mqgate.jms.tcp.port"] == 6000
+    assert settings["mqgate.autocreate.queue"] is False
+
+
+def test_define_long_spelling(config):
+    """--define is the long spelling of -D (so that it is listed in --help)."""
+    assert parse("-c", config, "--define", "mqgate.log.level=ERROR")[
+        "settings"]["mqgate.log.level"] == "ERROR"
+
+
+def test_define_value_may_contain_equals(config):
+    """Only the first '=' of a -D argument separates key from value."""
+    options = parse("-c", config, "-D", "mqgate.user_repository.file.filename=a=b")
+    assert options["settings"]["mqgate.user_repository.file.filename"] == "a=b"
+
+
+def test_last_override_wins_across_spellings(config):
+    """Of several overrides of one key, the last on the command line wins."""
+    options = parse("-c", config, "-D", "imq.jms.tcp.port=1",
+                    "-D", "mqgate.jms.tcp.port=2", "-D", "imq.jms.tcp.port=3")
+    assert options["settings"]["mqgate.jms.tcp.port"] == 3
+
+
+@pytest.mark.parametrize("argument", ["mqgate.jms.tcp.port", "=5672"])
+def test_define_without_key_value_is_usage_error(config, argument):
+    """A -D argument that is not key=value is a UsageError naming it."""
+    with pytest.raises(UsageError, match=repr(argument)):
+        parse("-c", config, "-D", argument)
+
+
+def test_bad_define_value_is_usage_error(config):
+    """A bad -D value stops twistd with the ConfigError's message."""
+    with pytest.raises(UsageError) as info:
+        parse("-c", config, "-D", "mqgate.jms.tcp.port=abc")
+    assert str(info.value) == (
+        "bad value for mqgate.jms.tcp.port: 'abc'; allowed: an integer from 0 to 65535")
+
+
+def test_bad_file_value_is_usage_error(tmp_path):
+    """A bad value in the file stops twistd naming the key, the file and the line."""
+    path = tmp_path / "bad.properties"
+    path.write_text("# x\nmqgate.destination.default_type=fanout\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"{path}:2.*one of: queue, topic"):
+        parse("-c", str(path))
+
+
+def test_missing_config_file_is_usage_error(tmp_path):
+    """A --config that does not exist is a UsageError naming the path."""
+    path = str(tmp_path / "absent.properties")
+    with pytest.raises(UsageError, match="absent.properties"):
+        parse("-c", path)
+
+
+def test_unknown_key_is_a_warning_not_an_error(config):
+    """An unknown -D key ends up in settings.warnings with the closest known key."""
+    settings = parse("-c", config, "-D", "mqgate.jms.tcp.prot=1")["settings"]
+    assert settings.warnings == (
+        "unknown configuration key 'mqgate.jms.tcp.prot' "
+        "(did you mean 'mqgate.jms.tcp.port'?)",)
+
+
+@pytest.mark.parametrize("service, key", [
+    ("jms", "mqgate.jms.tcp.port"), ("admin", "mqgate.admin.tcp.port"),
+    ("ssljms", "mqgate.ssljms.tls.port"), ("ssladmin", "mqgate.ssladmin.tls.port"),
+])
+def test_port_override(config, service, key):
+    """S0.4: --port SERVICE=PORT sets the service's tcp (or tls for ssl*) port key."""
+    settings = parse("-c", config, "--port", f"{service}=4000")["settings"]
+    assert settings[key] == 4000
+
+
+def test_port_and_define_last_wins(config):
+    """--port and -D for the same key: the later on the command line wins."""
+    settings = parse("-c", config, "--port", "jms=1", "-D", "mqgate.jms.tcp.port=2",
+                     "--port", "jms=3")["settings"]
+    assert settings["mqgate.jms.tcp.port"] == 3
+
+
+@pytest.mark.parametrize("argument, named", [
+    ("stomp=61613", "'stomp'"), ("httpjms=80", "'httpjms'"), ("5672", "'5672'"),
+])
+def test_bad_port_service_is_usage_error(config, argument, named):
+    """--port with an unknown service (or no '=') is a UsageError naming it."""
+    with pytest.raises(UsageError, match=named):
+        parse("-c", config, "--port", argument)
+
+
+def test_bad_port_number_is_usage_error(config):
+    """A bad port number given with --port is reported against its key."""
+    with pytest.raises(UsageError, match="mqgate.jms.tcp.port: '99999'"):
+        parse("-c", config, "--port", "jms=99999")
+
+
+def test_instance_option_beats_file(config):
+    """S0.5: --instance overrides mqgate.instancename from the file."""
+    assert parse("-c", config, "-n", "broker_2")["settings"].instance == "broker_2"
+
+
+@pytest.mark.parametrize("name", ["my broker", "../etc", "", "x" * 33, "é"])
+def test_bad_instance_name_is_usage_error(config, name):
+    """An instance name that is not 1-32 letters, digits or underscores is refused."""
+    with pytest.raises(UsageError, match="bad instance name " + repr(name).replace(
+            ".", r"\.")):
+        parse("-c", config, "--instance", name)
+
+
+def test_help_lists_every_option():
+    """S0.4: --help lists config file, instance, var home, -D and port overrides."""
+    text = str(tap.Options())
+    for option in ("--config", "-c", "--instance", "-n", "--varhome", "-D", "--port"):
+        assert option in text
+    assert "VARHOME/instances/NAME" in text
+
+
+def test_make_service_logs_warnings_and_builds_broker(config, monkeypatch):
+    """makeService logs each settings warning and returns build_broker's service."""
+    calls = []
+    fake = types.ModuleType("mqgate.service")
+    fake.build_broker = lambda settings, reactor: calls.append(
+        (settings, reactor)) or "svc"
+    monkeypatch.setitem(sys.modules, "mqgate.service", fake)
+    events = []
+    monkeypatch.setattr(tap, "_log", Logger(observer=events.append))
+    options = parse("-c", config, "-D", "mqgate.nope=1")
+
+    assert tap.makeService(options) == "svc"
+    [(settings, reactor)] = calls
+    assert settings is options["settings"]
+    from twisted.internet import reactor as global_reactor
+    assert reactor is global_reactor
+    assert [formatEvent(event) for event in events] == [
+        "unknown configuration key 'mqgate.nope'"]
+    assert events[0]["log_level"].name == "warn"
+
+
+def load_plugin_module():
+    """Load twisted/plugins/mqgate_plugin.py from the checkout by path."""
+    path = ROOT / "twisted" / "plugins" / "mqgate_plugin.py"
+    spec = importlib.util.spec_from_file_location("mqgate_plugin_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plugin_is_a_service_maker_for_mqgate_tap():
+    """S0.4: the plugin is one ServiceMaker named mqgate that points at mqgate.tap."""
+    module = load_plugin_module()
+    makers = [value for value in vars(module).values()
+              if IServiceMaker.providedBy(value)]
+    [maker] = makers
+    assert IPlugin.providedBy(maker)
+    assert maker.tapname == "mqgate"
+    assert maker.options is tap.Options
+    assert maker.makeService is tap.makeService
+
+
+def test_plugin_directory_does_not_shadow_twisted():
+    """ARCHITECTURE pitfall: no __init__.py in the checkout's twisted/ or plugins/."""
+    assert not (ROOT / "twisted" / "__init__.py").exists()
+    assert not (ROOT / "twisted" / "plugins" / "__init__.py").exists()
