@@ -1,0 +1,1 @@
+"""mqgate security: user repositories, authentication, access control, audit (S4)."""

@@ -1,0 +1,173 @@
+# -*- test-case-name: tests.security.test_auth -*-
+"""
+Authentication against a user repository (S4.2).
+
+An L{IAuthenticator} turns credentials into a L{Principal}, asynchronously: the protocol
+glue (SASL PLAIN / ANONYMOUS for AMQP, login/passcode for STOMP, the HTTP services)
+calls it and waits on the Deferred. L{FileAuthenticator} checks the file repository of
+S4.3. Checking a salted hash costs tens of milliseconds by design, so the check runs
+through an injected C{run_in_thread}, never on the reactor thread; this module itself
+never touches the reactor.
+
+Failures errback with L{AuthenticationFailed}. Its message is safe to send to the
+client: it never tells whether the user exists, is inactive, or typed the wrong
+password. The real reason is on the exception's C{reason} attribute, for the log and the
+audit trail (S4.8).
+"""
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import Interface, implementer
+
+from mqgate.errors import MqgateError
+from mqgate.security import users as _users
+
+__all__ = ["AuthenticationFailed", "Principal", "IAuthenticator", "FileAuthenticator"]
+
+# Longest user name echoed back in a failure message; a client may send anything.
+_MAX_ECHOED_NAME = 64
+
+# Checked when the user does not exist, so that an unknown name costs as much as a
+# wrong password and response times do not reveal which names exist. It matches no
+# password (its expected hash is all zeros), but computes the same PBKDF2 work.
+_DUMMY_HASH = (f"pbkdf2-sha256${_users.DEFAULT_ITERATIONS}$"
+               f"{'A' * 22}==${'A' * 43}=")
+
+
+def _echo(name):
+    """C{name} as it may appear in a message: quoted, escaped, bounded."""
+    if len(name) > _MAX_ECHOED_NAME:
+        name = name[:_MAX_ECHOED_NAME] + "..."
+    return repr(name)
+
+
+class AuthenticationFailed(MqgateError):
+    """Credentials were refused.
+
+    C{str()} of the exception is safe to show the client.
+
+    @ivar username: the name the client gave, or C{None} for an anonymous login.
+    @ivar reason: why, for the log only (C{"unknown user"}, C{"wrong password"},
+        C{"inactive user"}, C{"anonymous not allowed"}, C{"no anonymous user"}).
+    """
+
+    def __init__(self, username, reason):
+        self.username = username
+        self.reason = reason
+        if username is None:
+            message = "anonymous authentication failed"
+        else:
+            message = f"authentication failed for user {_echo(username)}"
+        super().__init__(message)
+
+
+@attrs.frozen
+class Principal:
+    """An authenticated identity.
+
+    @ivar name: the user name (for an anonymous login, the repository's anonymous user).
+    @ivar groups: the groups access control (S4.5) matches against.
+    @ivar anonymous: whether the client logged in without credentials.
+    """
+
+    name: str
+    groups: frozenset = attrs.field(converter=frozenset)
+    anonymous: bool = False
+
+
+class IAuthenticator(Interface):
+    """Checks credentials against a user repository (S4.2)."""
+
+    def authenticate(username, password):
+        """Authenticate with a user name and password.
+
+        @type username: L{str}
+        @type password: L{str}
+        @return: a L{Deferred} firing with a L{Principal}, or failing with
+            L{AuthenticationFailed}.
+        """
+
+    def authenticate_anonymous():
+        """Authenticate a client that gave no credentials (SASL ANONYMOUS).
+
+        @return: a L{Deferred} firing with a L{Principal} whose C{anonymous} is true,
+            or failing with L{AuthenticationFailed}.
+        """
+
+
+@implementer(IAuthenticator)
+class FileAuthenticator:
+    """L{IAuthenticator} over a L{mqgate.security.users.UserRepository}.
+
+    @param repository: the L{UserRepository}.
+    @param run_in_thread: C{run_in_thread(f, *args) -> Deferred} runs C{f} off the
+        reactor thread; production passes
+        C{lambda f, *a: deferToThreadPool(reactor, reactor.getThreadPool(), f, *a)}.
+    @param allow_anonymous: whether L{authenticate_anonymous} may succeed (a service
+        that allows a guest, S4.2).
+    """
+
+    _log = Logger()
+
+    def __init__(self, repository, run_in_thread, *, allow_anonymous=True):
+        self._repository = repository
+        self._run_in_thread = run_in_thread
+        self._allow_anonymous = allow_anonymous
+
+    def authenticate(self, username, password):
+        """See L{IAuthenticator.authenticate}."""
+        d = self._run_in_thread(self._check, username, password)
+        d.addCallback(self._upgrade_legacy, password)
+        d.addCallback(self._principal, anonymous=False)
+        return d
+
+    def authenticate_anonymous(self):
+        """See L{IAuthenticator.authenticate_anonymous}."""
+        if not self._allow_anonymous:
+            return defer.fail(AuthenticationFailed(None, "anonymous not allowed"))
+        user = self._repository.anonymous_user()
+        if user is None or not user.active:
+            return defer.fail(AuthenticationFailed(None, "no anonymous user"))
+        return defer.succeed(self._principal(user, anonymous=True))
+
+    def _check(self, username, password):
+        """Runs in a thread: the L{User} if the password is right, else raise."""
+        user = self._repository.get(username)
+        if user is None:
+            _users.verify_password(_DUMMY_HASH, username, password)
+            raise AuthenticationFailed(username, "unknown user")
+        if not _users.verify_password(user.password_hash, username, password):
+            raise AuthenticationFailed(username, "wrong password")
+        # Checked after the password so that a guesser cannot tell inactive users
+        # from unknown ones by timing either.
+        if not user.active:
+            raise AuthenticationFailed(username, "inactive user")
+        return user
+
+    def _upgrade_legacy(self, user, password):
+        """Re-hash a source-system MD5 entry to the salted form (S4.3), in a thread.
+
+        The login succeeds whether or not the rewrite does: a read-only repository
+        must not lock users out; the failure is logged and retried at the next login.
+        """
+        if not _users.is_legacy_hash(user.password_hash):
+            return user
+        d = self._run_in_thread(self._rehash, user, password)
+        d.addErrback(self._rehash_failed, user)
+        d.addCallback(lambda _: user)
+        return d
+
+    def _rehash(self, user, password):
+        new_hash = _users.hash_password(password)
+        self._repository.replace_hash(
+            user.name, new_hash, expected_hash=user.password_hash)
+
+    def _rehash_failed(self, failure, user):
+        self._log.failure(
+            "could not re-hash the legacy password entry of user {user!r} in {path}",
+            failure, user=user.name, path=self._repository.path)
+
+    @staticmethod
+    def _principal(user, anonymous):
+        return Principal(user.name, frozenset([user.group]), anonymous)
