@@ -1,0 +1,373 @@
+"""
+The broker core: destinations by name, producers and consumers (S2.1, S2.5, S2.9, S8.1).
+
+No I/O (ARCHITECTURE rule 1): time comes from the injected clock, and deliveries leave
+through the consumer's target object. The protocol glue turns link attaches into
+L{Broker.open_producer}/L{Broker.open_consumer}, transfers into L{Producer.send}, flow
+frames into L{Consumer.set_credit}/L{Consumer.drain}, dispositions into
+L{Consumer.settle} and detaches into C{close}.
+"""
+
+import functools
+import itertools
+from dataclasses import dataclass
+
+from mqgate.core.addresses import (
+    QUEUE, TOPIC, AddressError, NotAllowed, NotFound, canonical, is_pattern, resolve)
+from mqgate.core.deliveries import (
+    ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
+from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
+from mqgate.core.message import BrokerMessage
+from mqgate.errors import ConfigError, LocalProtocolError
+
+__all__ = [
+    "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
+    "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "NotAllowed", "NotFound",
+    "Producer",
+]
+
+# Anonymous producers resolve message.to through a cache; bounded so that a client
+# sending to ever new addresses cannot grow it without limit (ARCHITECTURE rule 4).
+_ROUTE_CACHE_MAX = 4096
+
+_TEMPORARY_PREFIX = "mqgate.tmp."
+
+_TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired")
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """What the core needs from the settings (S2.1, S2.5).
+
+    @ivar autocreate_queue: C{mqgate.autocreate.queue}: create unknown queues on use.
+    @ivar autocreate_topic: C{mqgate.autocreate.topic}: create unknown topics on use.
+    @ivar default_type: the kind a bare address name resolves to (C{'queue'} or
+        C{'topic'}).
+    """
+
+    autocreate_queue: bool = True
+    autocreate_topic: bool = True
+    default_type: str = QUEUE
+
+    def __post_init__(self):
+        if self.default_type not in (QUEUE, TOPIC):
+            raise ConfigError("default_type", self.default_type, "queue or topic")
+
+
+class Producer:
+    """A sender attached to one destination, or anonymous (routes by C{message.to}).
+
+    @ivar address: the canonical address (C{'queue://x'}, C{'topic://x'}), or C{None}
+        for an anonymous producer.
+    """
+
+    __slots__ = ("address", "closed", "_dest", "_route", "_next_seq")
+
+    def __init__(self, address, destination, route, next_seq):
+        self.address = address
+        self.closed = False
+        self._dest = destination
+        self._route = route
+        self._next_seq = next_seq
+
+    def __repr__(self):
+        return f"<Producer {self.address}{' closed' if self.closed else ''}>"
+
+    def send(self, message):
+        """Route C{message} now and deliver it to consumers with credit.
+
+        A topic enqueues the same message object on every matching subscription, or
+        drops it (counted) when none matches.
+
+        @raise NotFound: the destination was deleted, or (anonymous) C{message.to} names
+            a destination that does not exist and may not be created.
+        @raise AddressError: (anonymous) C{message.to} is missing or empty.
+        """
+        if self.closed:
+            raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
+        destination = self._dest
+        if destination is None:
+            destination = self._route(message.to)
+        elif destination.deleted:
+            raise NotFound(f"destination {self.address} was deleted")
+        if message.seq is None:
+            message.seq = self._next_seq()
+        destination.publish(message)
+
+    def close(self):
+        """Detach; further sends raise."""
+        self.closed = True
+        self._dest = None
+
+
+class Broker:
+    """Destinations by name, and the producers and consumers attached to them.
+
+    @ivar clock: the injected C{IReactorTime}; only C{seconds()} is used.
+    @ivar config: the L{CoreConfig}.
+    """
+
+    def __init__(self, clock, config=CoreConfig()):
+        self.clock = clock
+        self.config = config
+        self._queues = {}
+        self._topics = {}
+        self._index = SubscriptionIndex()
+        self._durable = {}
+        self._routes = {}
+        self._next_seq = itertools.count(1).__next__
+        self._temporary_ids = itertools.count(1)
+        self._subscription_ids = itertools.count(1)
+        self._retired = dict.fromkeys(_TOTALS, 0)
+
+    # -- attach -----------------------------------------------------------------------
+
+    def open_producer(self, address, capabilities=()):
+        """Attach a producer to C{address}, creating the destination if allowed (S2.5).
+
+        C{address=None} makes an anonymous producer: each message is routed by its
+        C{to} field.
+
+        @raise NotFound: the destination does not exist and may not be created.
+        @raise AddressError: the address names nothing.
+        """
+        if address is None:
+            return Producer(None, None, self._route, self._next_seq)
+        kind, name = resolve(address, capabilities, self.config.default_type)
+        destination = self._destination(kind, name)
+        return Producer(canonical(kind, name), destination, None, self._next_seq)
+
+    def open_consumer(self, address, target, *, capabilities=(), presettled=False,
+                      durable_name=None, container_id=None, dynamic=False, selector=None):
+        """Attach a consumer delivering to C{target.deliver(delivery)} (S2.1, S8.1).
+
+        A queue gets a competing consumer. A topic gets a subscription queue of its
+        own; with C{durable_name} the subscription is durable and identified by
+        C{(container_id, durable_name)}, and reattaching with the same pair resumes it
+        with its backlog. C{dynamic=True} makes a temporary queue (a temporary topic
+        when the capabilities say C{temporary-topic} or C{topic}) with a unique name,
+        deleted when this consumer closes. C{selector} is accepted and not yet applied
+        (S2.8).
+
+        @raise NotFound: the destination does not exist and may not be created.
+        @raise NotAllowed: the durable subscription already has a consumer.
+        @raise AddressError: the address names nothing.
+        """
+        temporary = None
+        if dynamic:
+            kind = TOPIC if _wants_topic(capabilities) else QUEUE
+            name = self._temporary_name()
+            temporary = self._create(kind, name, temporary=True)
+        else:
+            kind, name = resolve(address, capabilities, self.config.default_type)
+        if kind == QUEUE:
+            queue = temporary or self._destination(QUEUE, name)
+        else:
+            if temporary is None and not is_pattern(name):
+                self._destination(TOPIC, name)
+            if durable_name is not None and temporary is None:
+                queue = self._durable_subscription(container_id, durable_name, name)
+            else:
+                queue = self._subscription(name)
+        consumer = Consumer(
+            canonical(kind, name), queue, target, presettled=presettled,
+            selector=selector,
+            on_close=functools.partial(self._consumer_closed, temporary=temporary))
+        queue.attach(consumer)
+        return consumer
+
+    def destroy_durable(self, container_id, durable_name):
+        """Delete a durable subscription and its backlog (JMS unsubscribe).
+
+        @raise NotFound: no such subscription.
+        @raise NotAllowed: a consumer is attached to it.
+        """
+        queue = self.subscription(container_id, durable_name)
+        if queue.consumers:
+            raise NotAllowed(f"subscription {durable_name!r} is in use")
+        self._delete_subscription(queue)
+
+    def create_queue(self, name):
+        """Create the queue C{name} (admin, or configuration with auto-creation off);
+        return the existing one if there is one."""
+        queue = self._queues.get(name)
+        return queue if queue is not None else self._create(QUEUE, name)
+
+    def create_topic(self, name):
+        """Create the topic C{name}; return the existing one if there is one."""
+        topic = self._topics.get(name)
+        return topic if topic is not None else self._create(TOPIC, name)
+
+    # -- introspection ----------------------------------------------------------------
+
+    def queue(self, name):
+        """The queue called C{name}. @raise NotFound: there is none."""
+        try:
+            return self._queues[name]
+        except KeyError:
+            raise NotFound(f"no queue {name!r}") from None
+
+    def topic(self, name):
+        """The topic called C{name}. @raise NotFound: there is none."""
+        try:
+            return self._topics[name]
+        except KeyError:
+            raise NotFound(f"no topic {name!r}") from None
+
+    def queues(self):
+        """The queue names, sorted (subscription queues are not included)."""
+        return sorted(self._queues)
+
+    def topics(self):
+        """The topic names, sorted."""
+        return sorted(self._topics)
+
+    def subscriptions(self):
+        """Every topic subscription queue, durable or not, in creation order."""
+        return list(self._index)
+
+    def subscription(self, container_id, durable_name):
+        """The durable subscription C{(container_id, durable_name)}.
+
+        @raise NotFound: there is none.
+        """
+        try:
+            return self._durable[(container_id, durable_name)]
+        except KeyError:
+            raise NotFound(f"no durable subscription {durable_name!r}"
+                           f" for {container_id!r}") from None
+
+    @property
+    def stats(self):
+        """Broker totals as a dict (computed on demand, so counting stays cheap).
+
+        C{published}: messages accepted from producers; C{delivered}: hand-overs to
+        consumers; C{acknowledged}: messages that left for good; C{dropped}; C{expired};
+        C{held}; C{in_flight}; and how many queues, topics and subscriptions exist.
+        """
+        totals = dict(self._retired)
+        held = in_flight = 0
+        for queue in itertools.chain(self._queues.values(), self._index):
+            if queue.pattern is None:
+                totals["published"] += queue.messages_in
+            totals["delivered"] += queue.delivered
+            totals["acknowledged"] += queue.messages_out
+            totals["dropped"] += queue.dropped
+            totals["expired"] += queue.expired
+            held += queue.held
+            in_flight += queue.in_flight
+        for topic in self._topics.values():
+            totals["published"] += topic.messages_in
+            totals["dropped"] += topic.dropped
+        totals.update(held=held, in_flight=in_flight, queues=len(self._queues),
+                      topics=len(self._topics), subscriptions=len(self._index))
+        return totals
+
+    # -- internals --------------------------------------------------------------------
+
+    def _destination(self, kind, name):
+        # S2.5: look up, or create when configuration allows, else not-found.
+        table = self._queues if kind == QUEUE else self._topics
+        destination = table.get(name)
+        if destination is not None:
+            return destination
+        allowed = (self.config.autocreate_queue if kind == QUEUE
+                   else self.config.autocreate_topic)
+        if not allowed:
+            raise NotFound(f"no {kind} {name!r} and auto-creation is disabled")
+        return self._create(kind, name)
+
+    def _create(self, kind, name, *, temporary=False):
+        if kind == QUEUE:
+            destination = self._queues[name] = Queue(name, self.clock, temporary=temporary)
+        else:
+            destination = self._topics[name] = Topic(name, self._index,
+                                                     temporary=temporary)
+        return destination
+
+    def _route(self, to):
+        # Anonymous producers: resolve message.to once per distinct address.
+        destination = self._routes.get(to)
+        if destination is None:
+            kind, name = resolve(to, (), self.config.default_type)
+            destination = self._destination(kind, name)
+            if len(self._routes) >= _ROUTE_CACHE_MAX:
+                self._routes.clear()
+            self._routes[to] = destination
+        return destination
+
+    def _temporary_name(self):
+        while True:
+            name = f"{_TEMPORARY_PREFIX}{next(self._temporary_ids)}"
+            if name not in self._queues and name not in self._topics:
+                return name
+
+    def _subscription(self, pattern):
+        name = f"mqgate.sub.{next(self._subscription_ids)}"
+        queue = Queue(name, self.clock, pattern=pattern)
+        self._index.add(queue)
+        return queue
+
+    def _durable_subscription(self, container_id, durable_name, pattern):
+        key = (container_id, durable_name)
+        queue = self._durable.get(key)
+        if queue is not None:
+            if queue.consumers:
+                raise NotAllowed(f"subscription {durable_name!r} is in use")
+            if queue.pattern == pattern:
+                return queue
+            # JMS: resubscribing under the same name to another topic replaces the
+            # subscription, and its backlog with it.
+            self._delete_subscription(queue)
+        queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
+                      durable_key=key)
+        self._durable[key] = queue
+        self._index.add(queue)
+        return queue
+
+    def _consumer_closed(self, consumer, remove, temporary=None):
+        queue = consumer.queue
+        if queue.pattern is not None and not queue.deleted:
+            if queue.durable_key is None or remove:
+                self._delete_subscription(queue)
+        if temporary is not None and not temporary.deleted:
+            self._delete_destination(temporary)
+
+    def _delete_subscription(self, queue):
+        self._index.remove(queue)
+        if queue.durable_key is not None:
+            self._durable.pop(queue.durable_key, None)
+        queue.discard()
+        self._retire(queue)
+
+    def _delete_destination(self, destination):
+        if isinstance(destination, Queue):
+            del self._queues[destination.name]
+            destination.discard()
+        else:
+            del self._topics[destination.name]
+            destination.deleted = True
+        self._retire(destination)
+        self._routes.clear()
+
+    def _retire(self, destination):
+        # Keep the broker totals monotonic when a destination goes away.
+        retired = self._retired
+        if isinstance(destination, Topic):
+            retired["published"] += destination.messages_in
+            retired["dropped"] += destination.dropped
+            return
+        if destination.pattern is None:
+            retired["published"] += destination.messages_in
+        retired["delivered"] += destination.delivered
+        retired["acknowledged"] += destination.messages_out
+        retired["dropped"] += destination.dropped
+        retired["expired"] += destination.expired
+
+
+def _wants_topic(capabilities):
+    if not capabilities:
+        return False
+    if isinstance(capabilities, str):
+        capabilities = (capabilities,)
+    return any(str(c) in ("temporary-topic", "topic") for c in capabilities)

@@ -1,0 +1,179 @@
+"""
+Consumers and the deliveries they hold in flight (S8.1, ARCHITECTURE rule 3).
+
+A delivery is "in flight" from the moment the core hands it to a consumer's target
+until the consumer settles it. A pre-settled (at-most-once) consumer holds nothing: the
+message is gone as soon as it is handed over, and a later disposition for it is ignored
+(FACTS 3.3: clients settle pre-settled deliveries anyway). An at-least-once consumer
+keeps every delivery in C{_unsettled}, in the order they were handed out, so that
+closing the consumer can put them back at the head of the queue in that same order,
+marked redelivered.
+"""
+
+from mqgate.errors import LocalProtocolError
+
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+RELEASED = "released"
+MODIFIED = "modified"
+
+OUTCOMES = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
+
+
+class Delivery:
+    """One attempt to deliver a message to one consumer.
+
+    @ivar message: the L{BrokerMessage} (possibly shared with other subscriptions).
+    @ivar consumer: the L{Consumer} it was handed to; C{None} once that consumer
+        closed with the delivery unsettled (it went back to the queue).
+    @ivar delivery_count: how many times this message was delivered before without
+        success; the glue writes it into the outgoing AMQP header.
+    @ivar tag: a free slot for the glue (the AMQP delivery id, typically).
+    """
+
+    __slots__ = ("message", "consumer", "delivery_count", "tag", "_avoid")
+
+    def __init__(self, message, consumer, delivery_count):
+        self.message = message
+        self.consumer = consumer
+        self.delivery_count = delivery_count
+        self.tag = None
+        # Set while the message waits, after MODIFIED(undeliverable-here), for a
+        # consumer other than this one.
+        self._avoid = None
+
+    @property
+    def redelivered(self):
+        """C{True} when the message was delivered before without success."""
+        return self.delivery_count > 0
+
+    def __repr__(self):
+        return (f"<Delivery seq={self.message.seq} count={self.delivery_count}"
+                f" tag={self.tag!r}>")
+
+
+class Consumer:
+    """A receiver attached to one queue (a plain queue or a topic subscription's queue).
+
+    Built by L{mqgate.core.broker.Broker.open_consumer}; the glue drives it with
+    L{set_credit}, L{drain}, L{settle} and L{close}.
+
+    @ivar address: the canonical address actually attached (C{'queue://x'},
+        C{'topic://x'} or the temporary one made for a dynamic attach).
+    @ivar presettled: at-most-once (S8.1): a delivery counts as settled when handed over.
+    @ivar credit: how many more deliveries the consumer may receive now.
+    @ivar target: the object whose C{deliver(delivery)} receives deliveries.
+    @ivar queue: the L{mqgate.core.destinations.Queue} it consumes from.
+    @ivar closed: C{True} once L{close} ran.
+    """
+
+    __slots__ = ("address", "presettled", "credit", "target", "queue", "closed",
+                 "selector", "_unsettled", "_in_ready", "_on_close")
+
+    def __init__(self, address, queue, target, *, presettled=False, selector=None,
+                 on_close=None):
+        self.address = address
+        self.queue = queue
+        self.target = target
+        self.presettled = presettled
+        self.selector = selector
+        self.credit = 0
+        self.closed = False
+        # delivery -> True, insertion-ordered: the order deliveries were handed out.
+        self._unsettled = {}
+        # True while this consumer sits in its queue's ready deque (or is being served).
+        self._in_ready = False
+        self._on_close = on_close
+
+    def __repr__(self):
+        return (f"<Consumer {self.address} credit={self.credit}"
+                f" unsettled={len(self._unsettled)}{' closed' if self.closed else ''}>")
+
+    @property
+    def unsettled(self):
+        """The number of deliveries handed out and not yet settled."""
+        return len(self._unsettled)
+
+    def set_credit(self, credit):
+        """Let the consumer receive C{credit} more deliveries from now on.
+
+        This replaces the current credit (AMQP flow semantics), it does not add to it.
+        Available messages are delivered to the target before this returns.
+        """
+        if self.closed:
+            return
+        self.credit = credit if credit > 0 else 0
+        if self.credit:
+            self.queue.offer(self)
+
+    def drain(self):
+        """Deliver what is available, then give up the remaining credit.
+
+        @return: the credit given up (the glue advances the AMQP delivery-count by it).
+        """
+        if self.closed:
+            return 0
+        if self.credit:
+            self.queue.dispatch()
+        given_up = self.credit
+        self.credit = 0
+        return given_up
+
+    def settle(self, delivery, outcome=ACCEPTED, *, delivery_failed=False,
+               undeliverable_here=False):
+        """Settle a delivery with an AMQP outcome.
+
+        ACCEPTED and REJECTED remove the message (a rejected one is counted as dropped;
+        dead-lettering, S2.4, comes later). RELEASED puts it back at the head of its
+        queue unchanged. MODIFIED puts it back too, with the delivery count raised when
+        C{delivery_failed}; with C{undeliverable_here} it waits for another consumer.
+        Settling an unknown or already settled delivery does nothing (FACTS 3.3).
+        """
+        if not self._unsettled.pop(delivery, False):
+            return
+        queue = self.queue
+        queue.in_flight -= 1
+        if outcome == ACCEPTED:
+            queue.messages_out += 1
+        elif outcome == RELEASED:
+            queue.requeue(delivery)
+        elif outcome == MODIFIED:
+            if delivery_failed:
+                delivery.delivery_count += 1
+            if undeliverable_here:
+                queue.park(delivery, self)
+            else:
+                queue.requeue(delivery)
+        elif outcome == REJECTED:
+            queue.rejected += 1
+            queue.dropped += 1
+        else:
+            # Put it back so the message is not lost, then complain about the caller.
+            self._unsettled[delivery] = True
+            queue.in_flight += 1
+            raise LocalProtocolError(f"unknown delivery outcome {outcome!r}",
+                                     "amqp:not-implemented")
+
+    def close(self, *, remove=False):
+        """Detach: requeue what is in flight and release what this consumer owned.
+
+        Unsettled deliveries go back to the head of their queue, in the order they were
+        handed out, with their delivery count raised (ARCHITECTURE rule 3, S8.1). A
+        non-durable topic subscription and a temporary destination made for this
+        consumer are deleted; C{remove=True} deletes a durable subscription too (AMQP
+        detach with closed=true).
+        """
+        if self.closed:
+            return
+        self.closed = True
+        self.credit = 0
+        pending = list(self._unsettled)
+        self._unsettled.clear()
+        for delivery in pending:
+            delivery.delivery_count += 1
+            # The delivery waits in the queue, maybe for long (a detached durable
+            # subscription): do not let it keep this consumer and its target alive.
+            delivery.consumer = None
+        self.queue.detach(self, pending)
+        if self._on_close is not None:
+            self._on_close(self, remove)
