@@ -1,0 +1,613 @@
+"""
+The AMQP 1.0 connection engine: bytes in, events out, bytes out (style P1).
+
+Theory of operation
+-------------------
+A L{Connection} is fed what the transport received (C{receive_data}) and returns the
+events that input caused, in order. Whatever the engine must say is buffered; the adapter
+collects it with C{data_to_send()}. Time enters only through C{tick(now)}, which returns
+the next moment the engine wants to be ticked (idle timeout, heart-beats: section 2.4.5).
+
+The same engine serves both ends (the broker and the client library): C{server=True}
+waits for the peer's protocol header, C{server=False} starts with its own.
+
+Phases, as in Part 2 section 2.2 and Part 5 section 5.3:
+
+    HEADER      waiting for a protocol header
+    SASL        SASL frames (server: mechanisms sent, waiting for init; auth pending)
+    AMQP        after the AMQP header exchange: open/begin/attach/... frames
+    CLOSED      both closes exchanged, or the stream was given up
+
+The connection states of section 2.4.6 are kept in C{state} with the spec's names.
+Incoming bytes that arrive while authentication is pending are held, not parsed, so the
+outcome of an asynchronous credential check decides what happens to them.
+
+Errors: anything the peer does wrong raises a L{RemoteProtocolError} inside the engine;
+C{receive_data} catches it, writes the close the spec asks for (an open first, if we had
+not sent one, so the peer can read the close), and marks the connection finished. The
+error is kept in C{error} for the adapter to log.
+"""
+
+import enum
+
+from mqgate.amqp import codec
+from mqgate.amqp import conditions as c
+from mqgate.amqp.conditions import AmqpLocalError, AmqpRemoteError
+from mqgate.amqp.events import (
+    AuthenticationRequested, ConnectionClosed, ConnectionOpened, SaslCompleted, SessionBegun,
+)
+from mqgate.amqp.frames import (
+    AMQP_FRAME, AMQP_HEADER, EMPTY_FRAME, MIN_MAX_FRAME_SIZE, SASL_FRAME, SASL_HEADER,
+    FrameReader, FramingError, frame_header,
+)
+from mqgate.amqp.performatives import (
+    ATTACH, BEGIN, CLOSE, DETACH, DISPOSITION, END, FLOW, OPEN, TRANSFER, Attach, Begin,
+    Close, Detach, Disposition, End, Error, Flow, Open, SaslInit, SaslMechanisms,
+    SaslOutcome, Transfer, from_described,
+)
+from mqgate.amqp.session import Session, SessionState
+from mqgate.amqp.types import Described, Symbol
+from mqgate.errors import RemoteProtocolError
+
+__all__ = ["Connection", "ConnectionState"]
+
+# SASL frames carry a mechanism name and a few credentials; nothing legitimate comes near
+# this, and a limit keeps an unauthenticated peer from making us buffer much.
+_MAX_SASL_FRAME = 65536
+
+# SASL outcome codes, Part 5 section 5.3.3.6.
+SASL_OK, SASL_AUTH, SASL_SYS = 0, 1, 2
+
+
+class ConnectionState(enum.Enum):
+    START = "START"
+    HDR_RCVD = "HDR_RCVD"
+    HDR_SENT = "HDR_SENT"
+    HDR_EXCH = "HDR_EXCH"
+    OPEN_RCVD = "OPEN_RCVD"
+    OPEN_SENT = "OPEN_SENT"
+    OPENED = "OPENED"
+    CLOSE_RCVD = "CLOSE_RCVD"
+    CLOSE_SENT = "CLOSE_SENT"
+    END = "END"
+
+
+_HEADER, _SASL, _AMQP, _CLOSED = "HEADER", "SASL", "AMQP", "CLOSED"
+
+# Performatives by descriptor code, decoded with their own field tables.
+_PERFORMATIVES = {
+    OPEN: Open, BEGIN: Begin, ATTACH: Attach, FLOW: Flow, TRANSFER: Transfer,
+    DISPOSITION: Disposition, DETACH: Detach, END: End, CLOSE: Close,
+}
+
+
+class Connection:
+    """An AMQP 1.0 connection endpoint.
+
+    @param server: True for the accepting end (the broker).
+    @param container_id: our container id (sent in open).
+    @param max_frame_size: the largest frame we accept (advertised in open).
+    @param channel_max: the highest channel number we accept.
+    @param idle_timeout: seconds of silence after which we give up on the peer
+        (advertised as idle-time-out); None or 0 disables.
+    @param sasl_mechanisms: server: mechanisms offered (e.g. C{("PLAIN", "ANONYMOUS")}),
+        or None to refuse a SASL header. Client: ignored.
+    @param allow_no_sasl: server: accept a plain AMQP header; the peer is then
+        authenticated as anonymous (an L{AuthenticationRequested} with mechanism
+        C{"NONE"} is reported and must be answered).
+    @param credentials: client: C{(username, password)} for PLAIN, C{"ANONYMOUS"} for
+        ANONYMOUS, or None to skip SASL.
+    """
+
+    def __init__(self, *, server=True, container_id="mqgate", max_frame_size=1 << 20,
+                 channel_max=255, idle_timeout=60.0, sasl_mechanisms=("PLAIN", "ANONYMOUS"),
+                 allow_no_sasl=True, credentials=None, hostname=None,
+                 offered_capabilities=None, properties=None):
+        self.server = server
+        self.container_id = container_id
+        self.max_frame_size = max(max_frame_size, MIN_MAX_FRAME_SIZE)
+        self.channel_max = channel_max
+        self.idle_timeout = idle_timeout or None
+        self.sasl_mechanisms = tuple(sasl_mechanisms or ())
+        self.allow_no_sasl = allow_no_sasl
+        self.credentials = credentials
+        self.hostname = hostname
+        self.offered_capabilities = offered_capabilities
+        self.properties = properties
+        self.state = ConnectionState.START
+        self.remote_open = None
+        self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
+        self.remote_idle_timeout = None
+        self.authenticated = None          # the SASL mechanism that succeeded, or "NONE"
+        self.error = None                  # the protocol error that ended the connection
+        self.finished = False              # nothing more to read or write: drop the transport
+        self._phase = _HEADER
+        self._reader = FrameReader(self.max_frame_size)
+        self._header_buf = b""
+        self._held = None                  # bytes received while authentication is pending
+        self._out = []
+        self._sessions = {}                # local channel -> Session
+        self._remote_sessions = {}         # remote channel -> Session
+        self._rx = self._tx = False
+        self._last_rx = self._last_tx = None
+        self._expect_sasl_header = False
+        if not server:
+            self._start_client()
+
+    # -- driver API --------------------------------------------------------------------------
+
+    def receive_data(self, data):
+        """Feed received bytes; return the events they caused, in order."""
+        events = []
+        if self.finished or self._phase is _CLOSED:
+            return events
+        if self._held is not None:
+            self._held += data
+            return events
+        self._rx = True
+        try:
+            self._consume(data, events)
+        except RemoteProtocolError as error:
+            self._fail(error)
+        return events
+
+    def data_to_send(self):
+        """Everything the engine has to say since the last call, as bytes (b"" if nothing)."""
+        for session in self._sessions.values():
+            if session._dispositions:
+                session._flush_dispositions()
+        if not self._out:
+            return b""
+        self._tx = True
+        out = b"".join(self._out)
+        self._out = []
+        return out
+
+    def tick(self, now):
+        """Run the timers; return the time of the next tick, or None if none is needed.
+
+        We close the connection when the peer has been silent longer than our
+        idle timeout, and send an empty frame when we have been silent for a quarter of
+        the peer's (section 2.4.5 asks for at most half; a quarter leaves room for the
+        granularity of these ticks).
+        """
+        if self._last_rx is None or self._rx:
+            self._last_rx = now
+            self._rx = False
+        if self._last_tx is None or self._tx:
+            self._last_tx = now
+            self._tx = False
+        if self.finished or self._phase is _CLOSED:
+            return None
+        deadlines = []
+        if self.idle_timeout and self._phase is _AMQP:
+            if now - self._last_rx >= self.idle_timeout:
+                self.close(c.RESOURCE_LIMIT_EXCEEDED,
+                           f"local-idle-timeout expired: no frame for {self.idle_timeout:g} s")
+                self.finished = True
+                return None
+            deadlines.append(self._last_rx + self.idle_timeout)
+        if self.remote_idle_timeout and self.state in (ConnectionState.OPENED,
+                                                       ConnectionState.OPEN_SENT,
+                                                       ConnectionState.CLOSE_RCVD):
+            interval = self.remote_idle_timeout / 4
+            if now - self._last_tx >= interval:
+                self._out.append(EMPTY_FRAME)
+                self._last_tx = now
+            deadlines.append(self._last_tx + interval)
+        return min(deadlines) if deadlines else None
+
+    def connection_lost(self):
+        """The transport is gone: nothing more will be read or written."""
+        self.finished = True
+        self._phase = _CLOSED
+
+    # -- local actions -----------------------------------------------------------------------
+
+    def sasl_outcome(self, ok, description=None):
+        """Server: answer an L{AuthenticationRequested}; returns events from held input."""
+        held, self._held = self._held, None
+        events = []
+        if self.authenticated == "NONE":
+            if not ok:
+                self._write(AMQP_HEADER)
+                self._phase = _AMQP
+                self.state = ConnectionState.HDR_EXCH
+                self._refuse_open(c.UNAUTHORIZED_ACCESS,
+                                  description or "anonymous access is not allowed")
+                return events
+            self._write(AMQP_HEADER)
+            self.state = ConnectionState.HDR_EXCH
+            self._phase = _AMQP
+        else:
+            self._write_frame(0, SaslOutcome(code=SASL_OK if ok else SASL_AUTH),
+                              frame_type=SASL_FRAME)
+            if not ok:
+                self.authenticated = None
+                self.finished = True
+                self._phase = _CLOSED
+                return events
+            self._phase = _HEADER
+            self.state = ConnectionState.START
+        if held:
+            self._rx = True
+            try:
+                self._consume(held, events)
+            except RemoteProtocolError as error:
+                self._fail(error)
+        return events
+
+    def open(self):
+        """Send our open."""
+        if self.state not in (ConnectionState.HDR_EXCH, ConnectionState.OPEN_RCVD,
+                              ConnectionState.HDR_SENT):
+            raise AmqpLocalError(f"cannot open a connection in state {self.state.name}")
+        idle_ms = int(self.idle_timeout * 1000) if self.idle_timeout else None
+        self._write_frame(0, Open(
+            container_id=self.container_id, hostname=self.hostname,
+            max_frame_size=self.max_frame_size, channel_max=self.channel_max,
+            idle_time_out=idle_ms, offered_capabilities=self.offered_capabilities,
+            properties=self.properties))
+        self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_RCVD
+                      else ConnectionState.OPEN_SENT)
+
+    def close(self, condition=None, description=None):
+        """Close the connection, with an error condition when it is our complaint."""
+        if self.state in (ConnectionState.CLOSE_SENT, ConnectionState.END):
+            return
+        if self._phase is not _AMQP:
+            self.finished = True
+            self._phase = _CLOSED
+            return
+        if self.state in (ConnectionState.HDR_EXCH, ConnectionState.HDR_SENT):
+            self.open()  # a close must follow an open (section 2.4.1)
+        error = Error(condition, description) if condition else None
+        self._write_frame(0, Close(error=error))
+        if self.state is ConnectionState.CLOSE_RCVD:
+            self.state = ConnectionState.END
+            self.finished = True
+            self._phase = _CLOSED
+        else:
+            self.state = ConnectionState.CLOSE_SENT
+
+    def begin_session(self):
+        """Start a session of ours; returns it (its begin is sent)."""
+        session = Session(self, self._free_channel())
+        self._sessions[session.channel] = session
+        session.begin()
+        return session
+
+    @property
+    def sessions(self):
+        return list(self._sessions.values())
+
+    # -- input -------------------------------------------------------------------------------
+
+    def _consume(self, data, events):
+        while data and not self.finished:
+            if self._held is not None:
+                self._held += data
+                return
+            if self._phase is _HEADER:
+                data = self._read_header(data)
+                if data is None:
+                    return
+                header, data = data
+                if self.server:
+                    self._server_header(header, events)
+                else:
+                    self._client_header(header, events)
+            elif self._phase is _SASL:
+                data = self._read_sasl_frame(data, events)
+            elif self._phase is _AMQP:
+                for ftype, channel, body in self._reader.feed(data):
+                    self._on_amqp_frame(ftype, channel, body, events)
+                    if self.finished:
+                        break
+                return
+            else:
+                return
+
+    def _read_header(self, data):
+        """Collect 8 header bytes; return C{(header, rest)} or None when more are needed."""
+        buf = self._header_buf + data
+        if buf[:4] != b"AMQP"[:len(buf[:4])]:
+            self._bad_header(buf)
+        if len(buf) < 8:
+            self._header_buf = buf
+            return None
+        self._header_buf = b""
+        return bytes(buf[:8]), buf[8:]
+
+    def _read_sasl_frame(self, data, events):
+        """SASL frames are read one at a time: what follows the last one is a new header."""
+        buf = self._header_buf + data
+        if len(buf) < 8:
+            self._header_buf = buf
+            return b""
+        size = int.from_bytes(buf[:4], "big")
+        if not 8 <= size <= _MAX_SASL_FRAME:
+            raise _Unrecoverable(f"SASL frame of {size} bytes is malformed or too large")
+        if len(buf) < size:
+            self._header_buf = buf
+            return b""
+        self._header_buf = b""
+        doff = buf[4] * 4
+        if doff < 8 or doff > size:
+            raise _Unrecoverable("malformed SASL frame header")
+        self._on_sasl_frame(buf[5], memoryview(buf)[doff:size], events)
+        return buf[size:]
+
+    def _bad_header(self, header):
+        # Section 2.2: answer with the header we do support, then close the socket.
+        self._write(SASL_HEADER if self.sasl_mechanisms else AMQP_HEADER)
+        raise _Unrecoverable(f"not an AMQP 1.0 protocol header: {bytes(header[:8])!r}")
+
+    def _server_header(self, header, events):
+        if header == SASL_HEADER and self.sasl_mechanisms and self.authenticated is None:
+            self._write(SASL_HEADER)
+            self._write_frame(0, SaslMechanisms(
+                sasl_server_mechanisms=tuple(Symbol(m) for m in self.sasl_mechanisms)),
+                frame_type=SASL_FRAME)
+            self._phase = _SASL
+        elif header == AMQP_HEADER and self.authenticated is not None:
+            self._write(AMQP_HEADER)
+            self.state = ConnectionState.HDR_EXCH
+            self._phase = _AMQP
+        elif header == AMQP_HEADER and self.allow_no_sasl:
+            self.authenticated = "NONE"
+            self.state = ConnectionState.HDR_RCVD
+            self._held = b""
+            events.append(AuthenticationRequested("NONE", None, None, None))
+        else:
+            self._bad_header(header)
+
+    def _on_sasl_frame(self, ftype, body, events):
+        if ftype != SASL_FRAME:
+            raise _Unrecoverable("AMQP frame received before SASL completed")
+        performative = self._decode(body)
+        if self.server:
+            if not isinstance(performative, SaslInit) or self._held is not None:
+                raise _Unrecoverable(f"unexpected SASL frame {type(performative).__name__}")
+            self._on_sasl_init(performative, events)
+        elif isinstance(performative, SaslMechanisms):
+            self._client_sasl_init(performative)
+        elif isinstance(performative, SaslOutcome):
+            ok = performative.code == SASL_OK
+            events.append(SaslCompleted(ok, performative.code))
+            if not ok:
+                self.finished = True
+                self._phase = _CLOSED
+                return
+            self._phase = _HEADER
+            self._write(AMQP_HEADER)
+            self.state = ConnectionState.HDR_SENT
+            self.open()
+        else:
+            raise _Unrecoverable(f"unexpected SASL frame {type(performative).__name__}")
+
+    def _on_sasl_init(self, init, events):
+        mechanism = str(init.mechanism)
+        if mechanism not in self.sasl_mechanisms:
+            self._write_frame(0, SaslOutcome(code=SASL_AUTH), frame_type=SASL_FRAME)
+            raise _Unrecoverable(f"SASL mechanism {mechanism!r} is not offered")
+        username = password = None
+        if mechanism == "PLAIN":
+            parts = bytes(init.initial_response or b"").split(b"\x00")
+            if len(parts) != 3:
+                self._write_frame(0, SaslOutcome(code=SASL_AUTH), frame_type=SASL_FRAME)
+                raise _Unrecoverable("malformed SASL PLAIN response")
+            try:
+                username, password = parts[1].decode("utf-8"), parts[2].decode("utf-8")
+            except UnicodeDecodeError:
+                self._write_frame(0, SaslOutcome(code=SASL_AUTH), frame_type=SASL_FRAME)
+                raise _Unrecoverable("SASL PLAIN credentials are not UTF-8") from None
+        self.authenticated = mechanism
+        self._held = b""
+        events.append(AuthenticationRequested(mechanism, username, password, init.hostname))
+
+    def _on_amqp_frame(self, ftype, channel, body, events):
+        if ftype != AMQP_FRAME:
+            raise FramingError(f"frame type {ftype:#x} is not valid after SASL")
+        if not body:
+            return  # an empty frame: a heart-beat (section 2.4.5)
+        if self.state is ConnectionState.CLOSE_SENT and self.error is not None:
+            return  # we are discarding input until the peer's close (section 2.4.3)
+        if body[0] == 0x00 and body[1] == 0x53:
+            code = body[2]
+            cls = _PERFORMATIVES.get(code)
+            if cls is None:
+                raise FramingError(f"unknown performative code {code:#04x}")
+            fields, end = codec.decode(body, 3)
+            performative = cls.from_fields(fields)
+        else:
+            value, end = codec.decode(body, 0)
+            if not isinstance(value, Described):
+                raise FramingError("frame body is not a performative")
+            performative = from_described(value)
+            if type(performative) not in _HANDLERS:
+                raise FramingError(f"{type(performative).__name__} is not a performative")
+        _HANDLERS[type(performative)](self, channel, performative, body[end:], events)
+
+    def _decode(self, body):
+        value, end = codec.decode(body, 0)
+        if not isinstance(value, Described):
+            raise FramingError("frame body is not a described type")
+        return from_described(value)
+
+    # -- performatives -----------------------------------------------------------------------
+
+    def _on_open(self, channel, open_, payload, events):
+        if self.state not in (ConnectionState.HDR_EXCH, ConnectionState.OPEN_SENT):
+            raise AmqpRemoteError("open received twice", c.ILLEGAL_STATE)
+        if open_.container_id is None:
+            raise AmqpRemoteError("open lacks the mandatory container-id", c.INVALID_FIELD)
+        self.remote_open = open_
+        remote_max = open_.max_frame_size or 0xFFFFFFFF
+        if remote_max < MIN_MAX_FRAME_SIZE:
+            raise AmqpRemoteError(f"max-frame-size {remote_max} is below 512",
+                                  c.FRAME_SIZE_TOO_SMALL)
+        self.remote_max_frame_size = min(remote_max, 0x7FFFFFFF)
+        if open_.idle_time_out:
+            self.remote_idle_timeout = open_.idle_time_out / 1000.0
+        self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_SENT
+                      else ConnectionState.OPEN_RCVD)
+        events.append(ConnectionOpened(open_))
+
+    def _on_close(self, channel, close, payload, events):
+        events.append(ConnectionClosed(close.error))
+        if self.state is ConnectionState.CLOSE_SENT:
+            self.state = ConnectionState.END
+            self.finished = True
+            self._phase = _CLOSED
+        else:
+            self.state = ConnectionState.CLOSE_RCVD
+            self.close()
+
+    def _require_open(self):
+        if self.state not in (ConnectionState.OPENED, ConnectionState.CLOSE_SENT):
+            raise AmqpRemoteError("frame received before the connection was open",
+                                  c.ILLEGAL_STATE)
+
+    def _on_begin(self, channel, begin, payload, events):
+        self._require_open()
+        if begin.remote_channel is not None:
+            session = self._sessions.get(begin.remote_channel)
+            if session is None or session.state is not SessionState.BEGIN_SENT:
+                raise AmqpRemoteError(f"begin answers channel {begin.remote_channel}, "
+                                      "which we did not begin", c.ILLEGAL_STATE)
+        else:
+            if channel in self._remote_sessions:
+                raise AmqpRemoteError(f"channel {channel} already has a session",
+                                      c.ILLEGAL_STATE)
+            if channel > self.channel_max:
+                raise AmqpRemoteError(f"channel {channel} exceeds channel-max "
+                                      f"{self.channel_max}", c.FRAMING_ERROR)
+            session = Session(self, self._free_channel())
+            self._sessions[session.channel] = session
+        session.remote_channel = channel
+        self._remote_sessions[channel] = session
+        session.on_begin(begin)
+        events.append(SessionBegun(session))
+
+    def _session(self, channel):
+        session = self._remote_sessions.get(channel)
+        if session is None:
+            raise AmqpRemoteError(f"no session on channel {channel}", c.ILLEGAL_STATE)
+        return session
+
+    def _on_end(self, channel, end, payload, events):
+        self._session(channel).on_end(end, events)
+
+    def _on_attach(self, channel, attach, payload, events):
+        self._session(channel).on_attach(attach, events)
+
+    def _on_detach(self, channel, detach, payload, events):
+        self._session(channel).on_detach(detach, events)
+
+    def _on_flow(self, channel, flow, payload, events):
+        self._session(channel).on_flow(flow, events)
+
+    def _on_transfer(self, channel, transfer, payload, events):
+        self._session(channel).on_transfer(transfer, payload, events)
+
+    def _on_disposition(self, channel, disposition, payload, events):
+        self._session(channel).on_disposition(disposition, events)
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _write(self, data):
+        self._out.append(data)
+
+    def _write_frame(self, channel, performative, payload=None, frame_type=AMQP_FRAME):
+        body = bytearray()
+        performative.encode(body)
+        if payload:
+            body += payload
+        self._out.append(frame_header(len(body), channel, frame_type))
+        self._out.append(bytes(body))
+
+    def _write_raw(self, channel, head, chunks, size):
+        out = self._out
+        out.append(frame_header(len(head) + size, channel))
+        out.append(bytes(head))
+        out.extend(chunks)
+
+    def _fail(self, error):
+        """The peer broke the protocol: say why (if the stream allows it) and give up."""
+        self.error = error
+        if isinstance(error, _Unrecoverable) or self._phase is not _AMQP:
+            self.finished = True
+            self._phase = _CLOSED
+            return
+        if self.state not in (ConnectionState.CLOSE_SENT, ConnectionState.END):
+            self.close(error.condition, error.description)
+        self.finished = True
+        self._phase = _CLOSED
+
+    def _refuse_open(self, condition, description):
+        self.state = ConnectionState.HDR_EXCH
+        self.error = AmqpRemoteError(description, condition)
+        self.close(condition, description)
+        self.finished = True
+        self._phase = _CLOSED
+
+    def _free_channel(self):
+        channel = 0
+        while channel in self._sessions:
+            channel += 1
+        return channel
+
+    def _forget_session(self, session):
+        self._sessions.pop(session.channel, None)
+        if session.remote_channel is not None:
+            self._remote_sessions.pop(session.remote_channel, None)
+
+    # -- client side -------------------------------------------------------------------------
+
+    def _start_client(self):
+        if self.credentials is not None:
+            self._write(SASL_HEADER)
+            self._expect_sasl_header = True
+        else:
+            self._write(AMQP_HEADER)
+            self.state = ConnectionState.HDR_SENT
+            self.open()
+
+    def _client_header(self, header, events):
+        if header == SASL_HEADER and self._expect_sasl_header:
+            self._expect_sasl_header = False
+            self._phase = _SASL
+        elif header == AMQP_HEADER and not self._expect_sasl_header:
+            self.state = (ConnectionState.OPEN_SENT if self.state is ConnectionState.OPEN_SENT
+                          else ConnectionState.HDR_EXCH)
+            self._phase = _AMQP
+        else:
+            raise _Unrecoverable(f"the server answered with header {bytes(header)!r}")
+
+    def _client_sasl_init(self, mechanisms):
+        offered = mechanisms.sasl_server_mechanisms or ()
+        if self.credentials == "ANONYMOUS":
+            mechanism, response = "ANONYMOUS", b""
+        else:
+            user, password = self.credentials
+            mechanism = "PLAIN"
+            response = b"\x00" + user.encode("utf-8") + b"\x00" + password.encode("utf-8")
+        if mechanism not in offered:
+            raise _Unrecoverable(f"the server does not offer SASL {mechanism}")
+        self._write_frame(0, SaslInit(mechanism=Symbol(mechanism), initial_response=response,
+                                      hostname=self.hostname), frame_type=SASL_FRAME)
+
+
+class _Unrecoverable(AmqpRemoteError):
+    """The stream cannot carry a close frame (bad header, SASL failure): just drop it."""
+
+    condition = str(c.FRAMING_ERROR)
+
+
+_HANDLERS = {
+    Open: Connection._on_open, Close: Connection._on_close, Begin: Connection._on_begin,
+    End: Connection._on_end, Attach: Connection._on_attach, Detach: Connection._on_detach,
+    Flow: Connection._on_flow, Transfer: Connection._on_transfer,
+    Disposition: Connection._on_disposition,
+}

@@ -1,0 +1,243 @@
+"""
+AMQP 1.0 messages as the broker keeps them: encoded bytes plus what routing needs.
+
+Part 3 section 3.2 lays a message out as sections: header, delivery-annotations,
+message-annotations, then the *bare message* (properties, application-properties, the
+body, footer). The broker parses only as far as routing needs (ARCHITECTURE rule 2):
+
+- the header (durable, priority, ttl, delivery-count),
+- the properties (to, reply-to, message-id, correlation-id ...),
+- the spans of the message-annotations and application-properties (decoded lazily),
+
+and never decodes the body. On the way out only the header and the message annotations
+are rewritten (delivery count, discard indication); the bare message bytes go out as they
+came in, and a message seen for the first time with nothing to change goes out unchanged.
+Delivery annotations are addressed to the next hop, which is us, so they are dropped.
+"""
+
+from mqgate.amqp import codec
+from mqgate.amqp.codec import DecodeError
+from mqgate.amqp.performatives import _composite
+from mqgate.amqp.types import Described, Symbol, UInt
+
+__all__ = ["EncodedMessage", "parse_message", "encode_message", "Header", "Properties"]
+
+HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
+APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
+
+_SYMBOLIC = {
+    Symbol("amqp:header:list"): HEADER,
+    Symbol("amqp:delivery-annotations:map"): DELIVERY_ANNOTATIONS,
+    Symbol("amqp:message-annotations:map"): MESSAGE_ANNOTATIONS,
+    Symbol("amqp:properties:list"): PROPERTIES,
+    Symbol("amqp:application-properties:map"): APPLICATION_PROPERTIES,
+    Symbol("amqp:data:binary"): DATA,
+    Symbol("amqp:amqp-sequence:list"): AMQP_SEQUENCE,
+    Symbol("amqp:amqp-value:*"): AMQP_VALUE,
+    Symbol("amqp:footer:map"): FOOTER,
+}
+
+Header = _composite("Header", HEADER, "amqp:header:list", [
+    ("durable", "boolean", False),
+    ("priority", "ubyte", 4),
+    ("ttl", "uint", None),
+    ("first_acquirer", "boolean", False),
+    ("delivery_count", "uint", 0),
+], "Transport headers of a message (Part 3 section 3.2.1).")
+
+Properties = _composite("Properties", PROPERTIES, "amqp:properties:list", [
+    ("message_id", "*", None),
+    ("user_id", "binary", None),
+    ("to", "*", None),
+    ("subject", "string", None),
+    ("reply_to", "*", None),
+    ("correlation_id", "*", None),
+    ("content_type", "symbol", None),
+    ("content_encoding", "symbol", None),
+    ("absolute_expiry_time", "timestamp", None),
+    ("creation_time", "timestamp", None),
+    ("group_id", "string", None),
+    ("group_sequence", "uint", None),
+    ("reply_to_group_id", "string", None),
+], "Immutable properties of the bare message (Part 3 section 3.2.4).")
+
+_DEFAULT_HEADER = Header()
+_DEFAULT_PROPERTIES = Properties()
+
+
+class EncodedMessage:
+    """A received message: its bytes and the parsed routing fields.
+
+    @ivar data: the message bytes as they arrived.
+    @ivar header: the parsed L{Header} (defaults when the message had none).
+    @ivar properties: the parsed L{Properties} (defaults when absent).
+    @ivar bare_start: offset of the bare message in C{data}.
+    @ivar annotations: C{(start, end)} of the message-annotations section, or None.
+    @ivar app_span: C{(start, end)} of the application-properties section, or None.
+    @ivar pristine: True when C{data} can be forwarded as is for a first delivery
+        (no delivery annotations to strip).
+    """
+
+    __slots__ = ("data", "header", "properties", "bare_start", "annotations", "app_span",
+                 "pristine", "_app_properties")
+
+    def __init__(self, data, header, properties, bare_start, annotations, app_span, pristine):
+        self.data = data
+        self.header = header
+        self.properties = properties
+        self.bare_start = bare_start
+        self.annotations = annotations
+        self.app_span = app_span
+        self.pristine = pristine
+        self._app_properties = None
+
+    def __len__(self):
+        return len(self.data)
+
+    @property
+    def application_properties(self):
+        """The application-properties map, decoded on first use (for selectors, STOMP)."""
+        if self._app_properties is None:
+            if self.app_span is None:
+                self._app_properties = {}
+            else:
+                value = _section_value(self.data, self.app_span[0])
+                self._app_properties = value if isinstance(value, dict) else {}
+        return self._app_properties
+
+    @property
+    def message_annotations(self):
+        """The message-annotations map, decoded on demand."""
+        if self.annotations is None:
+            return {}
+        value = _section_value(self.data, self.annotations[0])
+        return value if isinstance(value, dict) else {}
+
+    def body_sections(self):
+        """Decode and return the body sections as C{[(code, value), ...]} (STOMP mapping)."""
+        sections = []
+        pos = self.bare_start
+        data = self.data
+        while pos < len(data):
+            code, value_start = _section_code(data, pos)
+            value, pos = codec.decode(data, value_start)
+            if code in (DATA, AMQP_SEQUENCE, AMQP_VALUE):
+                sections.append((code, value))
+        return sections
+
+    def for_delivery(self, delivery_count=0, annotations=None):
+        """The bytes to send to a consumer, as a list of chunks.
+
+        @param delivery_count: prior failed delivery attempts, written into the header.
+        @param annotations: extra message annotations to add (e.g. the discard
+            indication of S9.2), or None.
+        """
+        if (self.pristine and annotations is None
+                and delivery_count == self.header.delivery_count):
+            return [self.data]
+        header = self.header
+        if delivery_count != header.delivery_count:
+            header = Header(header.durable, header.priority, header.ttl,
+                            header.first_acquirer, UInt(delivery_count))
+        out = bytearray()
+        if header != _DEFAULT_HEADER or self.header is not _DEFAULT_HEADER:
+            header.encode(out)
+        data = memoryview(self.data)
+        if annotations:
+            merged = dict(self.message_annotations)
+            merged.update(annotations)
+            out += b"\x00\x53\x72"
+            codec.encode_value(out, merged)
+        elif self.annotations is not None:
+            out += data[self.annotations[0]:self.annotations[1]]
+        return [bytes(out), data[self.bare_start:]]
+
+
+def _section_code(data, pos):
+    """Return (section code, offset of the section's value) for the section at C{pos}."""
+    if data[pos] != 0x00:
+        raise DecodeError("message section is not a described type", pos)
+    descriptor, value_start = codec.decode(data, pos + 1)
+    if isinstance(descriptor, Symbol):
+        descriptor = _SYMBOLIC.get(descriptor)
+    if descriptor not in _KNOWN_SECTIONS:
+        raise DecodeError(f"unknown message section {descriptor!r}", pos)
+    return descriptor, value_start
+
+
+_KNOWN_SECTIONS = frozenset(range(HEADER, FOOTER + 1))
+
+
+def _section_value(data, pos):
+    _code, value_start = _section_code(data, pos)
+    return codec.decode(data, value_start)[0]
+
+
+def parse_message(data):
+    """Parse the routing fields of an encoded message.
+
+    @param data: the message bytes (a transfer's payload, all frames joined).
+    @raise DecodeError: the sections before the body are malformed, or out of order.
+    """
+    header = _DEFAULT_HEADER
+    properties = _DEFAULT_PROPERTIES
+    annotations = app_span = None
+    pristine = True
+    bare_start = None
+    pos = 0
+    n = len(data)
+    last = 0
+    while pos < n:
+        code, value_start = _section_code(data, pos)
+        if code < last:
+            raise DecodeError("message sections out of order", pos)
+        last = code
+        if code == HEADER:
+            value, end = codec.decode(data, value_start)
+            header = Header.from_fields(value)
+        elif code == DELIVERY_ANNOTATIONS:
+            end = codec.skip(data, value_start)
+            pristine = False
+        elif code == MESSAGE_ANNOTATIONS:
+            end = codec.skip(data, value_start)
+            annotations = (pos, end)
+        else:
+            if bare_start is None:
+                bare_start = pos
+            if code == PROPERTIES:
+                value, end = codec.decode(data, value_start)
+                properties = Properties.from_fields(value)
+            elif code == APPLICATION_PROPERTIES:
+                end = codec.skip(data, value_start)
+                app_span = (pos, end)
+            else:
+                break  # the body and footer: never looked at
+        pos = end
+    if bare_start is None:
+        bare_start = n
+    return EncodedMessage(data, header, properties, bare_start, annotations, app_span, pristine)
+
+
+def encode_message(body=None, *, header=None, message_annotations=None, properties=None,
+                   application_properties=None, body_type=None):
+    """Build the bytes of a message (used by the STOMP mapping, tools and tests).
+
+    @param body: bytes become one data section; anything else an amqp-value, unless
+        C{body_type} names the section code to use.
+    """
+    out = bytearray()
+    if header is not None:
+        header.encode(out)
+    if message_annotations:
+        out += b"\x00\x53\x72"
+        codec.encode_value(out, message_annotations)
+    if properties is not None:
+        properties.encode(out)
+    if application_properties:
+        out += b"\x00\x53\x74"
+        codec.encode_value(out, application_properties)
+    if body_type is None:
+        body_type = DATA if isinstance(body, (bytes, bytearray, memoryview)) else AMQP_VALUE
+    if body is not None or body_type == AMQP_VALUE:
+        codec.encode_value(out, Described(body_type, body))
+    return bytes(out)

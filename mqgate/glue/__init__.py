@@ -1,0 +1,1 @@
+"""Glue between protocol engine events and broker core calls (no I/O)."""

@@ -1,0 +1,332 @@
+"""
+Between the AMQP engine's events and the broker core (ARCHITECTURE: "a thin session glue
+per protocol"). One L{AmqpBrokerSession} per connection; one small method per event type,
+dispatched through a table built at import time (style A4).
+
+What the glue decides:
+
+- who the peer is (SASL through the injected authenticator, S4.2);
+- what an attach means: a receiving link of the peer is a consumer on a destination, a
+  sending link a producer (S2.1, S2.5); refusals follow Part 2 figure 2.33;
+- credit: a producer gets C{producer_credit} and is topped up at half (S2.7 will make
+  this follow the destination's limits); a consumer's AMQP credit is its core credit;
+- settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
+  what a peer leaves unsettled when its link or connection goes goes back to the queue
+  (ARCHITECTURE rule 3).
+
+No I/O here: the adapter feeds events in and writes what the engine has to say.
+"""
+
+from twisted.logger import Logger
+
+from mqgate import __version__
+from mqgate.amqp import conditions as c
+from mqgate.amqp.events import (
+    AuthenticationRequested, ConnectionClosed, ConnectionOpened, CreditGranted,
+    DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived, SaslCompleted,
+    SessionBegun, SessionEnded, TransferAborted,
+)
+from mqgate.amqp.link import LinkState
+from mqgate.amqp.message import parse_message
+from mqgate.amqp.performatives import (
+    SND_SETTLED, SND_UNSETTLED, Accepted, Coordinator, Error, Modified,
+    Rejected, Released, Source, Target,
+)
+from mqgate.amqp.session import SessionState
+from mqgate.amqp.types import Symbol
+from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
+from mqgate.core.message import BrokerMessage
+from mqgate.errors import ProtocolError
+
+__all__ = ["AmqpBrokerSession", "GlueConfig"]
+
+ANONYMOUS_RELAY = Symbol("ANONYMOUS-RELAY")
+_NEVER = Symbol("never")
+
+# Outcome classes to the core's outcome names.
+_OUTCOMES = {Accepted: ACCEPTED, Rejected: REJECTED, Released: RELEASED, Modified: MODIFIED}
+
+
+class GlueConfig:
+    """The settings the glue needs, read once from Settings."""
+
+    __slots__ = ("producer_credit", "max_message_size", "admin_only", "service")
+
+    def __init__(self, producer_credit=1000, max_message_size=70 << 20, admin_only=False,
+                 service="jms"):
+        self.producer_credit = producer_credit
+        self.max_message_size = max_message_size
+        self.admin_only = admin_only
+        self.service = service
+
+
+class _ConsumerTarget:
+    """Hands the core's deliveries to one of our sending links (the core's target)."""
+
+    __slots__ = ("link", "consumer")
+
+    def __init__(self, link):
+        self.link = link
+        self.consumer = None
+
+    def deliver(self, delivery):
+        link = self.link
+        chunks = delivery.message.payload.for_delivery(delivery.delivery_count)
+        link.send(chunks, settled=self.consumer.presettled, context=delivery)
+
+
+class AmqpBrokerSession:
+    """The broker side of one AMQP connection.
+
+    @param engine: the connection's L{mqgate.amqp.connection.Connection}.
+    @param broker: the core L{mqgate.core.broker.Broker}.
+    @param authenticator: an L{mqgate.security.auth.IAuthenticator}.
+    @param clock: an C{IReactorTime} (message expiry uses it).
+    @param request_flush: called when something the engine must write was produced
+        outside the adapter's own C{dataReceived} (an authentication result).
+    """
+
+    log = Logger()
+
+    def __init__(self, engine, broker, authenticator, clock, config, request_flush,
+                 peer="?"):
+        self.engine = engine
+        self.broker = broker
+        self.authenticator = authenticator
+        self.clock = clock
+        self.config = config
+        self.request_flush = request_flush
+        self.peer = peer
+        self.principal = None
+        self.container_id = None
+        self._links = set()   # links with a producer or consumer to clean up
+
+    def handle(self, events):
+        """Act on a list of engine events, in order."""
+        for event in events:
+            _DISPATCH[type(event)](self, event)
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _authentication_requested(self, event):
+        if event.mechanism in ("ANONYMOUS", "NONE"):
+            d = self.authenticator.authenticate_anonymous()
+        else:
+            d = self.authenticator.authenticate(event.username, event.password)
+        d.addCallbacks(self._authenticated, self._not_authenticated)
+        d.addErrback(lambda f: self.log.failure("authentication outcome", f))
+
+    def _authenticated(self, principal):
+        if self.config.admin_only and "admin" not in principal.groups:
+            self.log.info("refused {user} from {peer}: the {service} service is for the "
+                          "admin group", user=principal.name, peer=self.peer,
+                          service=self.config.service)
+            self._answer_sasl(False, "only users of group admin may use this service")
+            return
+        self.principal = principal
+        self._answer_sasl(True)
+
+    def _not_authenticated(self, failure):
+        self.log.info("authentication failed from {peer}: {why}", peer=self.peer,
+                      why=failure.getErrorMessage())
+        self._answer_sasl(False, failure.getErrorMessage())
+
+    def _answer_sasl(self, ok, description=None):
+        if self.engine.finished:
+            return
+        self.handle(self.engine.sasl_outcome(ok, description))
+        self.request_flush()
+
+    def _connection_opened(self, event):
+        self.container_id = event.open.container_id
+        self.engine.offered_capabilities = (ANONYMOUS_RELAY,)
+        self.engine.properties = {Symbol("product"): "mqgate",
+                                  Symbol("version"): __version__}
+        self.engine.open()
+
+    def _connection_closed(self, event):
+        if event.error is not None:
+            self.log.info("{peer} closed its connection: {condition} {description}",
+                          peer=self.peer, condition=event.error.condition,
+                          description=event.error.description)
+        self.connection_lost()
+
+    def connection_lost(self):
+        """The connection is gone: give back every unsettled delivery (rule 3)."""
+        links, self._links = self._links, set()
+        for link in links:
+            self._release(link, remove=False)
+
+    def _sasl_completed(self, event):
+        pass  # client side only
+
+    def _session_begun(self, event):
+        if event.session.state is SessionState.BEGIN_RCVD:
+            event.session.begin()
+
+    def _session_ended(self, event):
+        for link in event.session.links:
+            if link in self._links:
+                self._links.discard(link)
+                self._release(link, remove=False)
+
+    # -- links ---------------------------------------------------------------------------
+
+    def _link_attached(self, event):
+        link = event.link
+        if link.state is not LinkState.ATTACH_RCVD:
+            return
+        try:
+            if link.is_sender:
+                self._attach_consumer(link)
+            else:
+                self._attach_producer(link)
+        except ProtocolError as error:
+            link.refuse(Symbol(error.condition), error.description)
+            return
+        self._links.add(link)
+
+    def _attach_consumer(self, link):
+        source = link.remote.source
+        if source is None:
+            raise _refusal(c.INVALID_FIELD, "a receiving link needs a source")
+        target = _ConsumerTarget(link)
+        durable = bool(source.durable) or source.expiry_policy == _NEVER
+        consumer = self.broker.open_consumer(
+            None if source.dynamic else _address(source.address), target,
+            capabilities=source.capabilities or (), presettled=link.presettled,
+            durable_name=link.name if durable and not source.dynamic else None,
+            container_id=self.container_id, dynamic=bool(source.dynamic))
+        target.consumer = consumer
+        link.context = consumer
+        mode = SND_SETTLED if link.presettled else SND_UNSETTLED
+        reply = Source(address=consumer.address, durable=source.durable,
+                       expiry_policy=source.expiry_policy, timeout=source.timeout,
+                       dynamic=source.dynamic, distribution_mode=source.distribution_mode,
+                       default_outcome=source.default_outcome, outcomes=source.outcomes,
+                       capabilities=source.capabilities)
+        link.attach(source=reply, target=link.remote.target, snd_settle_mode=mode)
+
+    def _attach_producer(self, link):
+        target = link.remote.target
+        if isinstance(target, Coordinator):
+            raise _refusal(c.NOT_IMPLEMENTED, "transactions are not supported yet")
+        if target is None:
+            raise _refusal(c.INVALID_FIELD, "a sending link needs a target")
+        if target.dynamic:
+            raise _refusal(c.NOT_IMPLEMENTED, "dynamic targets are not supported")
+        producer = self.broker.open_producer(_address(target.address),
+                                             target.capabilities or ())
+        link.context = producer
+        link.attach(source=link.remote.source, target=target,
+                    snd_settle_mode=link.remote.snd_settle_mode,
+                    max_message_size=self.config.max_message_size)
+        link.flow(self.config.producer_credit)
+
+    def _link_detached(self, event):
+        link = event.link
+        if link in self._links:
+            self._links.discard(link)
+            self._release(link, remove=event.closed)
+
+    def _release(self, link, remove):
+        context, link.context = link.context, None
+        if context is None:
+            return
+        if link.is_sender:
+            context.close(remove=remove)
+        else:
+            context.close()
+
+    # -- messages ------------------------------------------------------------------------
+
+    def _credit_granted(self, event):
+        link = event.link
+        consumer = link.context
+        if consumer is None:
+            return
+        consumer.set_credit(link.credit)
+        if link.drain and link.state is LinkState.ATTACHED:
+            consumer.drain()
+            link.drained()
+
+    def _message_received(self, event):
+        link = event.link
+        producer = link.context
+        if producer is None:
+            return
+        try:
+            message = self._broker_message(event.payload)
+            producer.send(message)
+        except ProtocolError as error:
+            if not event.settled:
+                link.settle(event.delivery_id,
+                            Rejected(error=Error(Symbol(error.condition), error.description)))
+        else:
+            if not event.settled:
+                link.settle(event.delivery_id, _ACCEPTED)
+        if link.credit <= self.config.producer_credit // 2 and \
+                link.state is LinkState.ATTACHED:
+            link.flow(self.config.producer_credit)
+
+    def _broker_message(self, payload):
+        encoded = parse_message(payload)
+        header = encoded.header
+        props = encoded.properties
+        expiry = None
+        if header.ttl:
+            expiry = self.clock.seconds() + header.ttl / 1000.0
+        if props.absolute_expiry_time:
+            absolute = props.absolute_expiry_time / 1000.0
+            expiry = absolute if expiry is None else min(expiry, absolute)
+        return BrokerMessage(
+            encoded, durable=bool(header.durable), priority=header.priority,
+            expiry=expiry, to=props.to, reply_to=props.reply_to,
+            message_id=props.message_id, correlation_id=props.correlation_id,
+            delivery_count=header.delivery_count or 0)
+
+    def _deliveries_settled(self, event):
+        consumer = event.link.context
+        if consumer is None:
+            return
+        state = event.state
+        outcome = _OUTCOMES.get(type(state), ACCEPTED if state is None else RELEASED)
+        if outcome == MODIFIED:
+            failed = bool(state.delivery_failed)
+            here = bool(state.undeliverable_here)
+            for delivery in event.deliveries:
+                consumer.settle(delivery, MODIFIED, delivery_failed=failed,
+                                undeliverable_here=here)
+        else:
+            for delivery in event.deliveries:
+                consumer.settle(delivery, outcome)
+
+    def _transfer_aborted(self, event):
+        pass  # nothing was routed: the partial message is simply gone
+
+
+_ACCEPTED = Accepted()
+
+
+def _address(value):
+    return None if value is None else str(value)
+
+
+def _refusal(condition, description):
+    return ProtocolError(description, str(condition))
+
+
+_DISPATCH = {
+    AuthenticationRequested: AmqpBrokerSession._authentication_requested,
+    SaslCompleted: AmqpBrokerSession._sasl_completed,
+    ConnectionOpened: AmqpBrokerSession._connection_opened,
+    ConnectionClosed: AmqpBrokerSession._connection_closed,
+    SessionBegun: AmqpBrokerSession._session_begun,
+    SessionEnded: AmqpBrokerSession._session_ended,
+    LinkAttached: AmqpBrokerSession._link_attached,
+    LinkDetached: AmqpBrokerSession._link_detached,
+    CreditGranted: AmqpBrokerSession._credit_granted,
+    MessageReceived: AmqpBrokerSession._message_received,
+    DeliveriesSettled: AmqpBrokerSession._deliveries_settled,
+    TransferAborted: AmqpBrokerSession._transfer_aborted,
+}

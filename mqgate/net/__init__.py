@@ -1,0 +1,1 @@
+"""Twisted adapters: the only code that touches transports."""

@@ -1,0 +1,107 @@
+"""
+The one place where mqgate is wired together (style P8): settings in, a MultiService out.
+
+Children are added in dependency order (the core first, listeners last), so that
+MultiService, which stops its children in reverse, stops accepting before anything they
+depend on goes away (ARCHITECTURE rule 6).
+"""
+
+import os
+
+from twisted.application import service
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+
+from mqgate import __version__
+from mqgate.config.schema import SERVICES
+from mqgate.core.broker import Broker, CoreConfig
+from mqgate.glue.amqp import GlueConfig
+from mqgate.net.amqp import AmqpServerFactory, Flusher
+from mqgate.net.services import ConnectionService, endpoint_description
+from mqgate.security.auth import FileAuthenticator
+from mqgate.security.users import (
+    UserRepository, default_password_warnings, ensure_repository)
+
+__all__ = ["build_broker", "BrokerService"]
+
+log = Logger(namespace="mqgate")
+
+# The services this version can run; the others of S1.1 come with their issues.
+_RUNNABLE = ("jms", "admin")
+
+
+class BrokerService(service.MultiService):
+    """The whole broker: says hello and goodbye, and holds what the children share."""
+
+    def __init__(self, settings, broker, flusher):
+        super().__init__()
+        self.settings = settings
+        self.broker = broker
+        self.flusher = flusher
+
+    def startService(self):
+        log.info("mqgate {version} starting: instance {instance}, data in {home}",
+                 version=__version__, instance=self.settings.instance,
+                 home=self.settings.instance_dir)
+        super().startService()
+
+    def stopService(self):
+        log.info("mqgate stopping: closing connections")
+        d = super().stopService()
+
+        def stopped(result):
+            self.flusher.stop()
+            log.info("mqgate stopped")
+            return result
+
+        return d.addBoth(stopped)
+
+
+def _instance_dir(settings):
+    path = settings.instance_dir
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def _authenticator(settings, reactor):
+    path = settings.user_repository_path
+    warnings = ensure_repository(path)
+    repository = UserRepository.load(path)
+    warnings += default_password_warnings(repository)
+    for warning in warnings:
+        log.warn("{warning}", warning=warning)
+
+    def run_in_thread(f, *args):
+        return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args)
+
+    return FileAuthenticator(repository, run_in_thread,
+                             allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+
+
+def build_broker(settings, reactor):
+    """Build the broker's MultiService from C{settings}; C{reactor} is the clock and I/O."""
+    _instance_dir(settings)
+    broker = Broker(reactor, CoreConfig(
+        autocreate_queue=settings["mqgate.autocreate.queue"],
+        autocreate_topic=settings["mqgate.autocreate.topic"],
+        default_type=settings["mqgate.destination.default_type"]))
+    authenticator = _authenticator(settings, reactor)
+    flusher = Flusher(reactor)
+    top = BrokerService(settings, broker, flusher)
+    for name in settings["mqgate.service.activelist"]:
+        if name not in _RUNNABLE:
+            log.warn("service {name} is not available in this version; skipped", name=name)
+            continue
+        kind, _transport = SERVICES[name]
+        host, port = settings.service_address(name)
+        factory = AmqpServerFactory(
+            settings=settings, broker=broker, authenticator=authenticator, clock=reactor,
+            flusher=flusher, container_id=f"mqgate:{settings.instance}",
+            allow_anonymous=settings["mqgate.authentication.anonymous.enabled"],
+            glue_config=GlueConfig(
+                producer_credit=settings["mqgate.amqp.producer_credit"],
+                max_message_size=settings["mqgate.message.max_size"],
+                admin_only=(kind == "ADMIN"), service=name))
+        ConnectionService(name, reactor, endpoint_description(host, port),
+                          factory).setServiceParent(top)
+    return top
