@@ -213,6 +213,10 @@ def _array(size_struct):
         end = offset + width + size
         if end > len(buf) or size < width:
             raise DecodeError(f"array size {size} does not fit the buffer", offset)
+        if count > size:
+            # Even zero-width elements (nulls) cannot outnumber the array's bytes in any
+            # encoder we know; a bigger count is a way to make us build a huge list.
+            raise DecodeError(f"array count {count} exceeds its size {size}", offset)
         pos = offset + 2 * width
         descriptor = _NO_DESCRIPTOR
         _need(buf, pos, 1)
@@ -331,7 +335,11 @@ _FIXED_WIDTH = {
 }
 
 
-def skip(buf, offset=0):
+_VARIABLE_1 = frozenset((t.VBIN8, t.STR8, t.SYM8, t.LIST8, t.MAP8, t.ARRAY8))
+_VARIABLE_4 = frozenset((t.VBIN32, t.STR32, t.SYM32, t.LIST32, t.MAP32, t.ARRAY32))
+
+
+def skip(buf, offset=0, depth=0):
     """Return the offset just past the value starting at C{offset}, without decoding it.
 
     This is how the broker walks a message's sections without touching the body (S10.1,
@@ -345,15 +353,17 @@ def skip(buf, offset=0):
     code = buf[offset]
     offset += 1
     if code == t.DESCRIBED:
-        return skip(buf, skip(buf, offset))
+        if depth >= MAX_DEPTH:
+            raise DecodeError("values nested too deeply", offset)
+        return skip(buf, skip(buf, offset, depth + 1), depth + 1)
     width = _FIXED_WIDTH.get(code)
     if width is not None:
         end = offset + width
-    elif code & 0xF0 in (0xA0, 0xC0, 0xE0):
+    elif code in _VARIABLE_1:
         if offset + 1 > n:
             raise DecodeError("truncated size field", offset)
         end = offset + 1 + buf[offset]
-    elif code & 0xF0 in (0xB0, 0xD0, 0xF0):
+    elif code in _VARIABLE_4:
         if offset + 4 > n:
             raise DecodeError("truncated size field", offset)
         end = offset + 4 + _u32.unpack_from(buf, offset)[0]
@@ -689,7 +699,7 @@ def _nullable(writer):
 def _w_symbol_multiple(out, value):
     """A field declared C{symbol multiple="true"}: one symbol or an array of them."""
     if isinstance(value, (list, tuple)):
-        _w_array(out, Array([Symbol(v) for v in value], code=t.SYM8))
+        _w_array(out, Array([Symbol(v) for v in value]))
     else:
         _w_symbol(out, value)
 

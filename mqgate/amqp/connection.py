@@ -131,6 +131,7 @@ class Connection:
         self._rx = self._tx = False
         self._last_rx = self._last_tx = None
         self._expect_sasl_header = False
+        self._open_sent = False
         if not server:
             self._start_client()
 
@@ -158,7 +159,6 @@ class Connection:
                 session._flush_dispositions()
         if not self._out:
             return b""
-        self._tx = True
         out = b"".join(self._out)
         self._out = []
         return out
@@ -182,8 +182,10 @@ class Connection:
         deadlines = []
         if self.idle_timeout and self._phase is _AMQP:
             if now - self._last_rx >= self.idle_timeout:
-                self.close(c.RESOURCE_LIMIT_EXCEEDED,
-                           f"local-idle-timeout expired: no frame for {self.idle_timeout:g} s")
+                self.error = AmqpRemoteError(
+                    f"local-idle-timeout expired: no frame for {self.idle_timeout:g} s",
+                    c.RESOURCE_LIMIT_EXCEEDED)
+                self.close(self.error.condition, self.error.description)
                 self.finished = True
                 return None
             deadlines.append(self._last_rx + self.idle_timeout)
@@ -242,14 +244,18 @@ class Connection:
         if self.state not in (ConnectionState.HDR_EXCH, ConnectionState.OPEN_RCVD,
                               ConnectionState.HDR_SENT):
             raise AmqpLocalError(f"cannot open a connection in state {self.state.name}")
+        self._send_open()
+        self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_RCVD
+                      else ConnectionState.OPEN_SENT)
+
+    def _send_open(self):
+        self._open_sent = True
         idle_ms = int(self.idle_timeout * 1000) if self.idle_timeout else None
         self._write_frame(0, Open(
             container_id=self.container_id, hostname=self.hostname,
             max_frame_size=self.max_frame_size, channel_max=self.channel_max,
             idle_time_out=idle_ms, offered_capabilities=self.offered_capabilities,
             properties=self.properties))
-        self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_RCVD
-                      else ConnectionState.OPEN_SENT)
 
     def close(self, condition=None, description=None):
         """Close the connection, with an error condition when it is our complaint."""
@@ -259,8 +265,8 @@ class Connection:
             self.finished = True
             self._phase = _CLOSED
             return
-        if self.state in (ConnectionState.HDR_EXCH, ConnectionState.HDR_SENT):
-            self.open()  # a close must follow an open (section 2.4.1)
+        if not self._open_sent:
+            self._send_open()  # a close must follow an open (section 2.4.1)
         error = Error(condition, description) if condition else None
         self._write_frame(0, Close(error=error))
         if self.state is ConnectionState.CLOSE_RCVD:
@@ -272,6 +278,8 @@ class Connection:
 
     def begin_session(self):
         """Start a session of ours; returns it (its begin is sent)."""
+        if self._phase is not _AMQP and not self._open_sent:
+            raise AmqpLocalError("a session can only begin once the connection is open")
         session = Session(self, self._free_channel())
         self._sessions[session.channel] = session
         session.begin()
@@ -413,7 +421,7 @@ class Connection:
             return  # an empty frame: a heart-beat (section 2.4.5)
         if self.state is ConnectionState.CLOSE_SENT and self.error is not None:
             return  # we are discarding input until the peer's close (section 2.4.3)
-        if body[0] == 0x00 and body[1] == 0x53:
+        if len(body) > 3 and body[0] == 0x00 and body[1] == 0x53:
             code = body[2]
             cls = _PERFORMATIVES.get(code)
             if cls is None:
@@ -465,7 +473,10 @@ class Connection:
             self.close()
 
     def _require_open(self):
-        if self.state not in (ConnectionState.OPENED, ConnectionState.CLOSE_SENT):
+        # OPEN_RCVD counts: a peer may pipeline begin/attach behind its open before it
+        # has seen ours (section 2.4.1); the glue answers the open first, in event order.
+        if self.state not in (ConnectionState.OPENED, ConnectionState.OPEN_RCVD,
+                              ConnectionState.CLOSE_SENT):
             raise AmqpRemoteError("frame received before the connection was open",
                                   c.ILLEGAL_STATE)
 
@@ -517,6 +528,7 @@ class Connection:
     # -- output ------------------------------------------------------------------------------
 
     def _write(self, data):
+        self._tx = True
         self._out.append(data)
 
     def _write_frame(self, channel, performative, payload=None, frame_type=AMQP_FRAME):
@@ -524,10 +536,12 @@ class Connection:
         performative.encode(body)
         if payload:
             body += payload
+        self._tx = True
         self._out.append(frame_header(len(body), channel, frame_type))
         self._out.append(bytes(body))
 
     def _write_raw(self, channel, head, chunks, size):
+        self._tx = True
         out = self._out
         out.append(frame_header(len(head) + size, channel))
         out.append(bytes(head))

@@ -53,9 +53,10 @@ class SessionBegun:
 
 @dataclass(frozen=True, slots=True)
 class SessionEnded:
-    """The peer ended a session; every link of it is gone."""
+    """The peer ended a session; every link of it (listed in C{links}) is gone."""
     session: object
     error: object
+    links: list
 
 
 @dataclass(frozen=True, slots=True)

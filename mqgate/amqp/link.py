@@ -143,6 +143,8 @@ class Link:
         @param context: kept with the delivery and handed back in L{DeliveriesSettled}.
         @return: the delivery id.
         """
+        if self.state is not LinkState.ATTACHED:
+            raise AmqpLocalError(f"link {self.name!r} is not attached")
         if self.credit <= 0:
             raise AmqpLocalError(f"no credit to send on link {self.name!r}")
         self.credit -= 1
@@ -199,6 +201,10 @@ class Link:
                 self.session._send_flow(self)
             return True
         if flow.delivery_count is not None:
+            # A sender that drained advanced its count: that much of our credit is gone.
+            advance = (flow.delivery_count - self.delivery_count) & _MASK
+            if advance <= 0x7FFFFFFF:
+                self.credit = max(0, self.credit - advance)
             self.delivery_count = flow.delivery_count
         self.available = flow.available or 0
         if flow.echo:
@@ -224,6 +230,8 @@ class Link:
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & _MASK
             if not transfer.more and not transfer.aborted:
+                if self.max_message_size and len(payload) > self.max_message_size:
+                    raise _TooBig(self, len(payload), self.max_message_size)
                 return (transfer.delivery_id, transfer.delivery_tag,
                         bool(transfer.settled), bytes(payload), transfer.state)
             self._partial = []

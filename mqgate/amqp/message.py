@@ -157,7 +157,14 @@ def _section_code(data, pos):
     """Return (section code, offset of the section's value) for the section at C{pos}."""
     if data[pos] != 0x00:
         raise DecodeError("message section is not a described type", pos)
+    if len(data) > pos + 2 and data[pos + 1] == 0x53:   # smallulong: the usual form
+        code = data[pos + 2]
+        if code not in _KNOWN_SECTIONS:
+            raise DecodeError(f"unknown message section {code:#x}", pos)
+        return code, pos + 3
     descriptor, value_start = codec.decode(data, pos + 1)
+    if not isinstance(descriptor, (int, Symbol)):
+        raise DecodeError("message section descriptor is not a ulong or symbol", pos)
     if isinstance(descriptor, Symbol):
         descriptor = _SYMBOLIC.get(descriptor)
     if descriptor not in _KNOWN_SECTIONS:
@@ -189,8 +196,8 @@ def parse_message(data):
     last = 0
     while pos < n:
         code, value_start = _section_code(data, pos)
-        if code < last:
-            raise DecodeError("message sections out of order", pos)
+        if code < last or (code == last and code < DATA):
+            raise DecodeError("message sections out of order or repeated", pos)
         last = code
         if code == HEADER:
             value, end = codec.decode(data, value_start)

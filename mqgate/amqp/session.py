@@ -93,6 +93,15 @@ class Session:
         self.state = (SessionState.MAPPED if self.state is SessionState.BEGIN_RCVD
                       else SessionState.BEGIN_SENT)
 
+    def _unmap(self):
+        """The session is over: so are its links (section 2.5.5)."""
+        for link in self._links.values():
+            link.state = LinkState.DETACHED
+        self._links.clear()
+        self._remote_links.clear()
+        self.state = SessionState.UNMAPPED
+        self.connection._forget_session(self)
+
     def end(self, condition=None, description=None):
         """End the session (with an error condition when it is our complaint)."""
         if self.state in (SessionState.END_SENT, SessionState.UNMAPPED,
@@ -100,8 +109,7 @@ class Session:
             return
         self._emit(End(error=Error(condition, description) if condition else None))
         if self.state is SessionState.END_RCVD:
-            self.state = SessionState.UNMAPPED
-            self.connection._forget_session(self)
+            self._unmap()
         else:
             self.state = SessionState.END_SENT
 
@@ -236,10 +244,9 @@ class Session:
             self.state = SessionState.BEGIN_RCVD
 
     def on_end(self, end, events):
-        events.append(SessionEnded(self, end.error))
+        events.append(SessionEnded(self, end.error, self.links))
         if self.state is SessionState.END_SENT:
-            self.state = SessionState.UNMAPPED
-            self.connection._forget_session(self)
+            self._unmap()
         else:
             self.state = SessionState.END_RCVD
             self.end()
@@ -314,6 +321,8 @@ class Session:
         if disposition.role is SENDER or disposition.role is False:
             return  # the peer settling its own deliveries: we settle on first receipt
         first = disposition.first
+        if first is None:
+            raise AmqpRemoteError("disposition lacks the mandatory first", c.INVALID_FIELD)
         last = first if disposition.last is None else disposition.last
         count = ((last - first) & _MASK) + 1
         unsettled = self._unsettled_out

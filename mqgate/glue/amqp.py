@@ -165,7 +165,7 @@ class AmqpBrokerSession:
             event.session.begin()
 
     def _session_ended(self, event):
-        for link in event.session.links:
+        for link in event.links:
             if link in self._links:
                 self._links.discard(link)
                 self._release(link, remove=False)
