@@ -543,8 +543,7 @@ class Connection:
     def _write_raw(self, channel, head, chunks, size):
         self._tx = True
         out = self._out
-        out.append(frame_header(len(head) + size, channel))
-        out.append(bytes(head))
+        out.append(frame_header(len(head) + size, channel) + head)
         out.extend(chunks)
 
     def _fail(self, error):

@@ -347,10 +347,6 @@ KEYS = (
         "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
     Key("mqgate.authentication.client.response.timeout", Seconds(0), "180",
         "Seconds a client has to answer an authentication challenge."),
-    Key("mqgate.log.level", Choice(("ERROR", "WARNING", "INFO", "DEBUG")), "INFO",
-        "Lowest level of broker log messages written (S5)."),
-    Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
-        "Persistent store: the file journal or a database (S3)."),
 )
 
 

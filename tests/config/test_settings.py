@@ -45,8 +45,8 @@ def test_defaults():
     assert settings["mqgate.amqp.producer_credit"] == 1000
     assert settings["mqgate.amqp.channel_max"] == 255
     assert settings["mqgate.authentication.client.response.timeout"] == 180
-    assert settings["mqgate.log.level"] == "INFO"
-    assert settings["mqgate.persist.store"] == "file"
+    assert settings["mqgate.destination.default_type"] == "queue"
+    assert settings["mqgate.authentication.basic.user_repository"] == "file"
     assert settings.warnings == ()
     assert settings.config_path is None
 
@@ -82,11 +82,11 @@ def test_file_values_are_typed():
         "mqgate.jms.tcp.port = 5672  \n"
         "mqgate.autocreate.topic=FALSE\n"
         "mqgate.service.activelist = jms , ssljms,,jms\n"
-        "mqgate.log.level=debug\n")
+        "mqgate.destination.default_type=TOPIC\n")
     assert settings["mqgate.jms.tcp.port"] == 5672
     assert settings["mqgate.autocreate.topic"] is False
     assert settings["mqgate.service.activelist"] == ("jms", "ssljms")
-    assert settings["mqgate.log.level"] == "DEBUG"
+    assert settings["mqgate.destination.default_type"] == "topic"
     assert settings.config_path == "test.properties"
 
 
@@ -116,10 +116,10 @@ def test_command_line_override_beats_file():
 def test_source_of():
     """source_of tells a default from a file entry (path:line) and a -D override."""
     settings = settings_from("\nmqgate.hostname=0.0.0.0\n",
-                             {"mqgate.log.level": "ERROR"})
+                             {"mqgate.destination.default_type": "topic"})
     assert settings.source_of("mqgate.hostname") == "test.properties:2"
-    assert settings.source_of("mqgate.log.level") == "command line"
-    assert settings.source_of("mqgate.persist.store") == "default"
+    assert settings.source_of("mqgate.destination.default_type") == "command line"
+    assert settings.source_of("mqgate.authentication.basic.user_repository") == "default"
 
 
 def test_instance_argument_beats_file():
@@ -263,11 +263,11 @@ def test_with_overrides_returns_new_settings():
     settings = Settings.from_properties([], instance="one", varhome="/v")
     changed = settings.with_overrides({
         "mqgate.jms.tcp.port": 0, "imq.autocreate.queue": False,
-        "mqgate.service.activelist": ("jms",), "mqgate.log.level": "debug",
+        "mqgate.service.activelist": ("jms",), "mqgate.destination.default_type": "Topic",
         "mqgate.instancename": "two"})
     assert changed["mqgate.autocreate.queue"] is False
     assert changed["mqgate.service.activelist"] == ("jms",)
-    assert changed["mqgate.log.level"] == "DEBUG"
+    assert changed["mqgate.destination.default_type"] == "topic"
     assert changed.instance == "two" and changed.varhome == "/v"
     assert settings["mqgate.autocreate.queue"] is True and settings.instance == "one"
 

@@ -68,8 +68,8 @@ def test_define_overrides_file(config):
 
 def test_define_long_spelling(config):
     """--define is the long spelling of -D (so that it is listed in --help)."""
-    assert parse("-c", config, "--define", "mqgate.log.level=ERROR")[
-        "settings"]["mqgate.log.level"] == "ERROR"
+    assert parse("-c", config, "--define", "mqgate.destination.default_type=topic")[
+        "settings"]["mqgate.destination.default_type"] == "topic"
 
 
 def test_define_value_may_contain_equals(config):
