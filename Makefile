@@ -1,0 +1,69 @@
+# mqgate: the two commands of the README (S0.3) and their helpers.
+#
+#   make run     install into .venv and run the broker in the foreground
+#   make test    install with the test extra and run the whole suite
+#   make bench   run the throughput benchmarks (not part of `make test`)
+#
+# Everything goes into .venv; nothing is installed into the system Python.
+
+VENV   ?= .venv
+PYTHON ?= python3
+PY      = $(VENV)/bin/python
+PIP     = $(PY) -m pip
+
+# Install in editable mode, *compat* flavour, and not a regular install or the
+# default (strict/lenient) editable mode. Why (ARCHITECTURE.md, Known pitfalls):
+# twistd finds `mqgate` through twisted.plugins.__path__, which Twisted extends
+# with <entry>/twisted/plugins for every *sys.path entry*.
+#  - The default PEP 660 editable install of this flat layout maps the packages
+#    with an import-hook finder and adds no sys.path entry, so the checkout's
+#    twisted/plugins is never searched: `twistd --help` does not list mqgate.
+#  - editable_mode=compat writes a .pth that puts the checkout root on
+#    sys.path, so twisted/plugins/mqgate_plugin.py is found from any directory,
+#    and the code that runs is the code in the checkout (no stale copy after an
+#    edit, unlike a regular install, which copies the plugin and the package
+#    into site-packages and also works, but only until the next edit).
+EDITABLE_MODE = --config-settings editable_mode=compat
+
+# Stamps: reinstall only when the packaging files change.
+INSTALL_STAMP = $(VENV)/.mqgate-install
+TEST_STAMP    = $(VENV)/.mqgate-install-test
+PACKAGING     = setup.cfg pyproject.toml
+
+.PHONY: venv install install-test run test bench clean
+
+venv: $(PY)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+install: $(INSTALL_STAMP)
+
+$(INSTALL_STAMP): $(PY) $(PACKAGING)
+	$(PIP) install $(EDITABLE_MODE) -e .
+	touch $@
+
+install-test: $(TEST_STAMP)
+
+# The test extra is a superset of the plain install, so it satisfies both stamps.
+$(TEST_STAMP): $(PY) $(PACKAGING)
+	$(PIP) install $(EDITABLE_MODE) -e '.[test]'
+	touch $(INSTALL_STAMP) $@
+
+# The pid file goes under var/ so that twistd never writes twistd.pid into the
+# checkout root.
+run: install
+	mkdir -p var
+	$(VENV)/bin/twistd --pidfile var/twistd.pid -n mqgate --config etc/mqgate.properties --varhome var
+
+test: install-test
+	$(PY) -m pytest
+
+bench: install-test
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info _trial_temp .pytest_cache .hypothesis bench/results
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -name dropin.cache -type f -delete

@@ -1,0 +1,100 @@
+"""Run every benchmark scenario in sequence: `make bench` (ARCHITECTURE.md, Tests).
+
+First the scripts that need no broker (bench/core_bench.py: the core alone, in
+process), then the AMQP scenarios of bench/amqp_throughput.py, each on a new broker.
+Every scenario prints one JSON line to stdout; the lines are
+also appended to ``bench/results/<UTC time>.jsonl`` (ignored by git) so that runs can
+be compared later. The exit code is 1 if any scenario failed; a failed scenario's
+line carries an ``"error"`` field instead of numbers, and the next one still runs.
+
+    python bench/run.py                    # 200,000 messages of 256 bytes each
+    python bench/run.py --messages 20000   # a quick run
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+import amqp_throughput  # noqa: E402
+
+#: (module, scenario) in the order they run; each module has scenario_line().
+SCENARIOS = [(amqp_throughput, mode) for mode in amqp_throughput.SCENARIOS]
+
+#: Benchmarks that run as their own script and print their own JSON lines; they
+#: take ``--messages`` and are given this run's value. Run first: they need no broker.
+SCRIPTS = ["core_bench.py"]
+#: A script gets this long before it counts as hung.
+SCRIPT_TIMEOUT = 900
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    amqp_throughput.add_common_arguments(parser)
+    parser.add_argument("-D", "--define", type=amqp_throughput._define,
+                        action="append", default=[], metavar="KEY=VALUE",
+                        help="extra broker setting for every scenario (repeatable)")
+    parser.add_argument("--results", type=Path, default=BENCH_DIR / "results",
+                        help="directory for the .jsonl record (default bench/results)")
+    parser.add_argument("--no-save", action="store_true",
+                        help="print only, write no results file")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    record = None
+    if not options.no_save:
+        options.results.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        record = options.results / f"{stamp}.jsonl"
+    lines = []
+    for script in SCRIPTS:
+        lines = run_script(script, options)
+        for line in lines:
+            _publish(line, record)
+    failed = any("error" in line for line in lines)
+    for module, mode in SCENARIOS:
+        line = module.scenario_line(options, mode)
+        failed = failed or "error" in line
+        _publish(line, record)
+    return 1 if failed else 0
+
+
+def run_script(script, options):
+    """Run C{bench/script --messages N}; return its JSON lines (or one error line)."""
+    path = BENCH_DIR / script
+    if not path.exists():
+        return []
+    try:
+        done = subprocess.run(
+            [sys.executable, str(path), "--messages", str(options.messages)],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=SCRIPT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return [{"scenario": script, "error": f"still running after {SCRIPT_TIMEOUT} s"}]
+    lines = [json.loads(text) for text in done.stdout.splitlines()
+             if text.startswith("{")]
+    if done.returncode != 0 or not lines:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        lines.append({"scenario": script,
+                      "error": f"exit code {done.returncode}: {why}"})
+    return lines
+
+
+def _publish(line, record):
+    """Print one scenario's JSON line and append it to the results file."""
+    text = json.dumps(line)
+    print(text, flush=True)
+    if record is not None:
+        with record.open("a", encoding="utf-8") as out:
+            out.write(text + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Suite-wide pytest configuration (the rootdir conftest).
+
+Markers are registered in setup.cfg (``[tool:pytest]``) and enforced with
+``--strict-markers``; this file only adds what cannot be said there.
+"""
+
+from pathlib import Path
+
+import pytest
+
+#: The checkout: the directory holding setup.cfg, mqgate/, etc/ and tests/.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Directories whose tests start a real broker process (ARCHITECTURE.md, Tests).
+_PROCESS_TEST_DIRS = ("e2e", "crash")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test under tests/e2e and tests/crash with ``e2e``.
+
+    So ``pytest -m "not e2e"`` runs the in-memory suite alone, without each
+    test module having to remember its marker.
+    """
+    roots = [REPO_ROOT / "tests" / name for name in _PROCESS_TEST_DIRS]
+    for item in items:
+        path = Path(str(item.path))
+        if any(root in path.parents for root in roots):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    """The checkout's root directory, as a ``pathlib.Path``."""
+    return REPO_ROOT
