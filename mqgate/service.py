@@ -7,6 +7,7 @@ depend on goes away (ARCHITECTURE rule 6).
 """
 
 import os
+import signal
 
 from twisted.application import service
 from twisted.internet.threads import deferToThreadPool
@@ -33,17 +34,30 @@ _RUNNABLE = ("jms", "admin")
 class BrokerService(service.MultiService):
     """The whole broker: says hello and goodbye, and holds what the children share."""
 
-    def __init__(self, settings, broker, flusher):
+    def __init__(self, settings, broker, flusher, reactor):
         super().__init__()
         self.settings = settings
         self.broker = broker
         self.flusher = flusher
+        self._reactor = reactor
 
     def startService(self):
         log.info("mqgate {version} starting: instance {instance}, data in {home}",
                  version=__version__, instance=self.settings.instance,
                  home=self.settings.instance_dir)
         super().startService()
+        self._reactor.callWhenRunning(self._running)
+
+    def _running(self):
+        # SIGTERM is how operators and init systems ask for an orderly stop (S0.4), so
+        # it ends with exit code 0. Twisted's own handler would re-raise the signal
+        # after shutdown and make every clean stop look like a kill. Installed once the
+        # reactor runs, after Twisted's handlers, so it replaces them for SIGTERM only.
+        signal.signal(signal.SIGTERM, self._sigterm)
+        log.info("mqgate ready")
+
+    def _sigterm(self, signum, frame):
+        self._reactor.callFromThread(self._reactor.stop)
 
     def stopService(self):
         log.info("mqgate stopping: closing connections")
@@ -87,7 +101,7 @@ def build_broker(settings, reactor):
         default_type=settings["mqgate.destination.default_type"]))
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
-    top = BrokerService(settings, broker, flusher)
+    top = BrokerService(settings, broker, flusher, reactor)
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
             log.warn("service {name} is not available in this version; skipped", name=name)

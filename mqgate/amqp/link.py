@@ -120,6 +120,7 @@ class Link:
         """Detach the link; C{closed} ends it for good (section 2.6.6)."""
         if self.state in (LinkState.DETACHED, LinkState.DETACH_SENT):
             return
+        self._partial = None  # a delivery cut short by the detach is gone
         error = Error(condition, description) if condition else None
         self.session._emit(Detach(handle=self.handle, closed=closed, error=error))
         if self.state is LinkState.DETACH_RCVD:
@@ -212,6 +213,8 @@ class Link:
         return False
 
     def on_transfer(self, transfer, payload):
+        # Raises LinkError for what only ends this link (too big), AmqpRemoteError for
+        # what breaks the session's bookkeeping (credit, delivery ids).
         """Add one transfer frame; returns the completed delivery tuple or None.
 
         @return: C{(delivery_id, tag, settled, payload_bytes, state)} when the last frame
@@ -260,8 +263,12 @@ class Link:
         return self._partial_size if self._partial is not None else 0
 
 
-class _TooBig(AmqpRemoteError):
-    """A delivery grew beyond the link's max-message-size: the link is detached."""
+class LinkError(AmqpRemoteError):
+    """The peer broke a rule of one link: that link is detached, the rest goes on."""
+
+
+class _TooBig(LinkError):
+    """A delivery grew beyond the link's max-message-size."""
 
     def __init__(self, link, size, limit):
         super().__init__(f"message of more than {limit} bytes refused on link {link.name!r}",

@@ -24,7 +24,7 @@ from mqgate.amqp.events import (
     CreditGranted, DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived,
     SessionEnded, TransferAborted,
 )
-from mqgate.amqp.link import Link, LinkState
+from mqgate.amqp.link import Link, LinkError, LinkState
 from mqgate.amqp.performatives import (
     RECEIVER, SENDER, Begin, Disposition, End, Error, Flow, Transfer,
 )
@@ -333,7 +333,17 @@ class Session:
         if self._incoming_since_flow > INCOMING_WINDOW // 2:
             self._send_flow()
         link = self._link(transfer.handle)
-        done = link.on_transfer(transfer, payload)
+        if link.state is LinkState.DETACH_SENT:
+            return  # the rest of a delivery we refused: the peer has not seen our detach yet
+        try:
+            done = link.on_transfer(transfer, payload)
+        except LinkError as error:
+            # A link-level error ends the link, not the session or the connection
+            # (Part 2 section 2.8.18; FACTS section 5, link errors detach).
+            link.detach(closed=True, condition=error.condition,
+                        description=error.description)
+            events.append(LinkDetached(link, True, Error(error.condition, error.description)))
+            return
         if done is None:
             return
         if done[0] == "aborted":

@@ -26,6 +26,7 @@ from mqgate.amqp.events import (
     DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived, SaslCompleted,
     SessionBegun, SessionEnded, TransferAborted,
 )
+from mqgate.amqp.connection import ConnectionState
 from mqgate.amqp.link import LinkState
 from mqgate.amqp.message import parse_message
 from mqgate.amqp.performatives import (
@@ -61,18 +62,23 @@ class GlueConfig:
 
 
 class _ConsumerTarget:
-    """Hands the core's deliveries to one of our sending links (the core's target)."""
+    """Hands the core's deliveries to one of our sending links (the core's target).
 
-    __slots__ = ("link", "consumer")
+    A delivery may be caused by another connection's producer, so it asks for this
+    connection to be flushed (the adapter batches those requests per reactor turn).
+    """
 
-    def __init__(self, link):
+    __slots__ = ("link", "consumer", "request_flush")
+
+    def __init__(self, link, request_flush):
         self.link = link
         self.consumer = None
+        self.request_flush = request_flush
 
     def deliver(self, delivery):
-        link = self.link
         chunks = delivery.message.payload.for_delivery(delivery.delivery_count)
-        link.send(chunks, settled=self.consumer.presettled, context=delivery)
+        self.link.send(chunks, settled=self.consumer.presettled, context=delivery)
+        self.request_flush()
 
 
 class AmqpBrokerSession:
@@ -138,6 +144,8 @@ class AmqpBrokerSession:
         self.request_flush()
 
     def _connection_opened(self, event):
+        if self.engine.state is not ConnectionState.OPEN_RCVD:
+            return  # the peer closed in the same read, and the engine already answered
         self.container_id = event.open.container_id
         self.engine.offered_capabilities = (ANONYMOUS_RELAY,)
         self.engine.properties = {Symbol("product"): "mqgate",
@@ -190,7 +198,7 @@ class AmqpBrokerSession:
         source = link.remote.source
         if source is None:
             raise _refusal(c.INVALID_FIELD, "a receiving link needs a source")
-        target = _ConsumerTarget(link)
+        target = _ConsumerTarget(link, self.request_flush)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         consumer = self.broker.open_consumer(
             None if source.dynamic else _address(source.address), target,
@@ -200,7 +208,10 @@ class AmqpBrokerSession:
         target.consumer = consumer
         link.context = consumer
         mode = SND_SETTLED if link.presettled else SND_UNSETTLED
-        reply = Source(address=consumer.address, durable=source.durable,
+        # Echo the address as asked (clients such as Proton's BlockingConnection compare
+        # it); only a dynamic source learns its broker-made address here.
+        address = consumer.address if source.dynamic else source.address
+        reply = Source(address=address, durable=source.durable,
                        expiry_policy=source.expiry_policy, timeout=source.timeout,
                        dynamic=source.dynamic, distribution_mode=source.distribution_mode,
                        default_outcome=source.default_outcome, outcomes=source.outcomes,
@@ -211,12 +222,13 @@ class AmqpBrokerSession:
         target = link.remote.target
         if isinstance(target, Coordinator):
             raise _refusal(c.NOT_IMPLEMENTED, "transactions are not supported yet")
-        if target is None:
-            raise _refusal(c.INVALID_FIELD, "a sending link needs a target")
-        if target.dynamic:
+        if target is not None and target.dynamic:
             raise _refusal(c.NOT_IMPLEMENTED, "dynamic targets are not supported")
-        producer = self.broker.open_producer(_address(target.address),
-                                             target.capabilities or ())
+        # No target at all (rhea's open_sender()) or a target without an address: the
+        # anonymous relay, routing each message by its `to` (ANONYMOUS-RELAY).
+        address = None if target is None else _address(target.address)
+        capabilities = () if target is None else (target.capabilities or ())
+        producer = self.broker.open_producer(address, capabilities)
         link.context = producer
         link.attach(source=link.remote.source, target=target,
                     snd_settle_mode=link.remote.snd_settle_mode,

@@ -77,12 +77,20 @@ class AmqpServerProtocol(Protocol):
                                       lambda: factory.flusher.mark(self), peer=self.peer)
         factory.connections.add(self)
         self._setup_deadline = factory.clock.seconds() + factory.header_timeout
+        self._awaiting_open = True
         self._schedule_tick(self._setup_deadline)
 
     def dataReceived(self, data):
         """Bytes from the peer: through the engine to the glue, then write the answer."""
         self.glue.handle(self.engine.receive_data(data))
         self.flush()
+        if self._awaiting_open and self.engine.remote_open is not None:
+            # The peer's idle timeout is known now: heart-beats start at once, not at
+            # the set-up deadline (S1.7).
+            self._awaiting_open = False
+            if self._tick_call is not None and self._tick_call.active():
+                self._tick_call.cancel()
+            self._tick()
 
     def flush(self):
         """Write what the engine has to say; drop the transport when it is finished."""

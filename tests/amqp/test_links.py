@@ -509,7 +509,8 @@ def test_flow_on_unattached_handle():
 
 def test_multi_frame_message_above_max_message_size():
     """S9.5, P5 (section 2.7.3): a multi-frame delivery growing past the link's
-    max-message-size is refused with amqp:link:message-size-exceeded."""
+    max-message-size is refused with amqp:link:message-size-exceeded: the link is detached, the
+    connection stays."""
     pair = EnginePair(server_kwargs={"max_frame_size": 512}).handshake()
     pair, sender, receiver = link_pair(SENDER, credit=1, pair=pair,
                                        server_attach={"max_message_size": 1000})
@@ -517,7 +518,19 @@ def test_multi_frame_message_above_max_message_size():
     sender.send(bytes(5000), settled=True)
     server_events, client_events = pair.pump()
     assert not of(server_events, MessageReceived)
-    assert closed_with(client_events).condition == Symbol("amqp:link:message-size-exceeded")
+    _assert_link_refused_for_size(server_events, client_events, sender)
+
+
+def _assert_link_refused_for_size(server_events, client_events, sender):
+    """A link error detaches the link with the condition; the connection stays open."""
+    size = Symbol("amqp:link:message-size-exceeded")
+    # The server reports its own detach (so the glue lets go of the link), then the
+    # client's answer to it.
+    assert [e.error and e.error.condition for e in of(server_events, LinkDetached)] == [
+        size, None]
+    detached = of(client_events, LinkDetached)
+    assert [(e.link, e.closed, e.error.condition) for e in detached] == [(sender, True, size)]
+    assert not of(client_events, ConnectionClosed)
 
 
 def test_single_frame_message_above_max_message_size():
@@ -528,7 +541,7 @@ def test_single_frame_message_above_max_message_size():
     sender.send(bytes(5000), settled=True)
     server_events, client_events = pair.pump()
     assert not of(server_events, MessageReceived)
-    assert closed_with(client_events).condition == Symbol("amqp:link:message-size-exceeded")
+    _assert_link_refused_for_size(server_events, client_events, sender)
 
 
 # -- detach and end -------------------------------------------------------------------------

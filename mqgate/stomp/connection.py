@@ -1,0 +1,463 @@
+"""
+The STOMP 1.0/1.1/1.2 server connection engine: bytes in, events out, bytes out (S10.2).
+
+Theory of operation
+-------------------
+A L{StompConnection} is fed what the transport received (C{receive_data}) and returns
+the events that input caused, in order. What the engine must say is buffered; the
+adapter collects it with C{data_to_send()}. Time enters only through C{tick(now)} (now in
+seconds, any epoch), which returns the next moment the engine wants to be ticked, for
+heart-beats. The engine does not log, read the clock or touch a socket (style P1, P2).
+
+States (C{state}), named after the spec's phases:
+
+    CONNECTING      waiting for CONNECT or STOMP; any other frame is an error
+    AUTHENTICATING  ConnectRequested reported; input is held until accept()/refuse()
+    CONNECTED       client frames become events
+    DISCONNECTING   DISCONNECT with a receipt arrived; waiting for the glue's receipt()
+    DISCONNECTED    terminal: C{finished} is True
+
+Which frame each state takes is the table C{_TRANSITIONS} at the bottom; anything not in
+it is an error (style P3). Every error the peer causes - malformed bytes, a limit, a
+missing header, a frame at the wrong time - is answered the same way: an ERROR frame with
+a C{message} header, a body explaining, C{receipt-id} when the bad frame had a receipt,
+and the connection is finished (S10.4). The adapter writes C{data_to_send()} and then
+drops the transport whenever C{finished} is True; C{error} holds the L{StompError} for
+the log. C{receive_data} never raises.
+
+This engine is the server side only; tests drive it with hand-written client frames.
+"""
+
+import enum
+
+from mqgate import __version__
+from mqgate.errors import ConfigError
+from mqgate.stomp.errors import StompError, StompLocalError, StompProtocolError
+from mqgate.stomp.events import (
+    Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, Nack, Send, Subscribe,
+    Unsubscribe,
+)
+from mqgate.stomp.frames import DEFAULT_LIMITS, HEARTBEAT, VERSIONS, FrameParser, encode_frame
+
+__all__ = ["StompConnection", "StompState", "ACK_MODES"]
+
+#: The SUBSCRIBE ack modes (1.1/1.2 "SUBSCRIBE ack Header"). client-individual is a
+#: 1.1 addition, but ActiveMQ and RabbitMQ take it on 1.0 connections too, so do we.
+ACK_MODES = ("auto", "client", "client-individual")
+
+# Heart-beat tolerance: the peer is given up after this many of its negotiated intervals
+# without a byte. The spec asks receivers to "be tolerant and take into account an error
+# margin"; a client that sends exactly on its interval arrives late by network jitter
+# plus its own timer slack, and our own check only runs on ticks (see tick()). Twice the
+# interval absorbs all of that without letting a dead peer linger for long.
+HEARTBEAT_TOLERANCE = 2
+
+# Bytes a client may send between its CONNECT and our answer to it (authentication is
+# asynchronous). Clients wait for CONNECTED before sending much; a few pipelined frames
+# fit easily, and an unauthenticated peer must not make us hold more than this.
+MAX_HELD_BYTES = 1024 * 1024
+
+# MESSAGE headers the engine writes itself; copies in the glue's headers are dropped so
+# that the first (ours) is the only one.
+_MESSAGE_OWN_HEADERS = frozenset(
+    ("destination", "message-id", "subscription", "ack", "content-length"))
+
+
+class StompState(enum.Enum):
+    CONNECTING = "CONNECTING"
+    AUTHENTICATING = "AUTHENTICATING"
+    CONNECTED = "CONNECTED"
+    DISCONNECTING = "DISCONNECTING"
+    DISCONNECTED = "DISCONNECTED"
+
+
+_S = StompState
+
+
+def _version_key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+class StompConnection:
+    """A STOMP server connection.
+
+    @param server: must be True; the engine has no client side (yet).
+    @param server_name: the CONNECTED C{server} header (C{name/version}).
+    @param versions: the versions we speak, from C{("1.0", "1.1", "1.2")}.
+    @param heartbeat: C{(send_ms, want_ms)}: how often we can send heart-beats and how
+        often we want them (the CONNECTED C{heart-beat} header); 0 disables a direction.
+    @param limits: a L{mqgate.stomp.frames.FrameLimits} for incoming frames.
+
+    @ivar state: a L{StompState}.
+    @ivar version: the agreed version (None until CONNECT is processed).
+    @ivar heartbeat_send_ms: the agreed interval of our heart-beats (0: none).
+    @ivar heartbeat_receive_ms: the agreed interval of the client's (0: none).
+    @ivar finished: True once the transport should be dropped (after writing
+        C{data_to_send()}).
+    @ivar error: the L{StompError} the peer caused, or None.
+    """
+
+    def __init__(self, *, server=True, server_name=f"mqgate/{__version__}",
+                 versions=VERSIONS, heartbeat=(10000, 10000), limits=DEFAULT_LIMITS):
+        if not server:
+            raise ConfigError("server", server, "True (no STOMP client engine exists)")
+        bad = [v for v in versions if v not in VERSIONS]
+        if bad or not versions:
+            raise ConfigError("versions", ",".join(versions), "a subset of 1.0, 1.1, 1.2")
+        send_ms, want_ms = heartbeat
+        if send_ms < 0 or want_ms < 0:
+            raise ConfigError("heartbeat", f"{send_ms},{want_ms}", "two integers >= 0")
+        self.server_name = server_name
+        self.versions = tuple(sorted(set(versions), key=_version_key))
+        self.heartbeat = (int(send_ms), int(want_ms))
+        self.state = _S.CONNECTING
+        self.version = None
+        self.heartbeat_send_ms = 0
+        self.heartbeat_receive_ms = 0
+        self.finished = False
+        self.error = None
+        self._parser = FrameParser(None, limits)
+        self._out = []
+        self._held = 0                     # bytes received while AUTHENTICATING
+        self._disconnect_receipt = None
+        self._rx = self._tx = False        # activity since the last tick
+        self._last_rx = self._last_tx = None
+
+    # -- driver API --------------------------------------------------------------------------
+
+    def receive_data(self, data):
+        """Feed received bytes; return the events they caused, in order. Never raises."""
+        events = []
+        if data:
+            self._rx = True                # any byte proves the peer alive (Heart-beating)
+        if self.state is _S.AUTHENTICATING:
+            self._hold(data)
+            return events
+        if self.state not in (_S.CONNECTING, _S.CONNECTED):
+            return events                  # nothing may follow DISCONNECT (1.2)
+        try:
+            self._process(self._parser.feed(data), events)
+        except StompError as error:
+            self._fail(error)
+        return events
+
+    def data_to_send(self):
+        """Everything the engine has to say since the last call, as bytes (b"" if nothing)."""
+        if not self._out:
+            return b""
+        out = b"".join(self._out)
+        self._out = []
+        return out
+
+    def tick(self, now):
+        """Run the heart-beat timers; return the time of the next tick, or None.
+
+        The engine learns of traffic only here: bytes read or written since the last
+        tick count as happening at C{now}. So we send an EOL when we have been silent
+        for half our interval (the real silence is then at most one interval, as the
+        spec requires), and look at the peer every half of its interval, giving up when
+        it has been silent for L{HEARTBEAT_TOLERANCE} intervals.
+        """
+        if self._last_rx is None or self._rx:
+            self._last_rx, self._rx = now, False
+        if self._last_tx is None or self._tx:
+            self._last_tx, self._tx = now, False
+        if self.finished or self.state not in (_S.CONNECTED, _S.DISCONNECTING):
+            return None
+        deadlines = []
+        if self.heartbeat_receive_ms:
+            interval = self.heartbeat_receive_ms / 1000.0
+            timeout = interval * HEARTBEAT_TOLERANCE
+            if now - self._last_rx >= timeout:
+                self._fail(StompProtocolError(
+                    "heart-beat timeout",
+                    f"nothing received for {self.heartbeat_receive_ms * HEARTBEAT_TOLERANCE}"
+                    f" ms; the agreed heart-beat interval is {self.heartbeat_receive_ms} ms"))
+                return None
+            deadlines.append(min(self._last_rx + timeout, now + interval / 2))
+        if self.heartbeat_send_ms:
+            half = self.heartbeat_send_ms / 2000.0
+            if now - self._last_tx >= half:
+                self._out.append(b"\n")
+                self._last_tx, self._tx = now, False
+            deadlines.append(self._last_tx + half)
+        return min(deadlines) if deadlines else None
+
+    def connection_lost(self):
+        """The transport is gone: nothing more will be read or written."""
+        self.finished = True
+        self.state = _S.DISCONNECTED
+
+    # -- answers from the glue ---------------------------------------------------------------
+
+    def accept(self, session_id):
+        """Answer L{ConnectRequested}: the client is in. Writes CONNECTED.
+
+        @return: the events of any frames the client sent behind its CONNECT.
+        """
+        self._expect(_S.AUTHENTICATING, "accept")
+        headers = [("version", self.version)]
+        if self.version != "1.0":
+            send_ms, want_ms = self.heartbeat
+            headers.append(("heart-beat", f"{send_ms},{want_ms}"))
+        headers += [("session", session_id), ("server", self.server_name)]
+        self._write(encode_frame("CONNECTED", headers, b"", self.version))
+        self.state = _S.CONNECTED
+        events = []
+        try:
+            self._process(self._parser.resume(self.version), events)
+        except StompError as error:
+            self._fail(error)
+        return events
+
+    def refuse(self, message, detail=""):
+        """Answer L{ConnectRequested}: the client is not let in. Writes ERROR, finishes."""
+        self._expect(_S.AUTHENTICATING, "refuse")
+        self._write_error(message, detail)
+        self._finish()
+
+    def message(self, subscription, destination, message_id, headers, body, ack_id=None):
+        """Write a MESSAGE frame.
+
+        @param headers: further C{(name, value)} pairs (the message's own headers).
+        @param ack_id: the C{ack} header (1.2, for client and client-individual
+            subscriptions); the client names the message by it in ACK/NACK. In 1.0/1.1
+            the client uses C{message_id} instead and C{ack_id} is not sent.
+        @return: True if written; False if the connection no longer takes messages
+            (DISCONNECT received, or finished), so the caller can requeue.
+        """
+        if self.state is not _S.CONNECTED:
+            return False
+        own = [("subscription", subscription), ("message-id", message_id),
+               ("destination", destination)]
+        if ack_id is not None and self.version == "1.2":
+            own.append(("ack", ack_id))
+        own.extend(h for h in headers if h[0] not in _MESSAGE_OWN_HEADERS)
+        self._write(encode_frame("MESSAGE", own, body, self.version))
+        return True
+
+    def receipt(self, receipt_id):
+        """Write the RECEIPT for a frame's C{receipt} header.
+
+        The receipt of a DISCONNECT finishes the connection (1.2 "DISCONNECT").
+        """
+        if self.state not in (_S.CONNECTED, _S.DISCONNECTING):
+            return
+        self._write(encode_frame("RECEIPT", [("receipt-id", receipt_id)], b"",
+                                 self.version))
+        if self.state is _S.DISCONNECTING and receipt_id == self._disconnect_receipt:
+            self._finish()
+
+    def send_error(self, message, detail="", receipt_id=None, fatal=True):
+        """Write an ERROR frame for something the glue could not do (e.g. a SEND refused).
+
+        With C{fatal} (the spec's rule: the server closes the connection after ERROR),
+        the connection is finished.
+        """
+        if self.finished:
+            return
+        self._write_error(message, detail, receipt_id)
+        if fatal:
+            self._finish()
+
+    # -- input -------------------------------------------------------------------------------
+
+    def _process(self, frames, events):
+        for frame in frames:
+            if frame is HEARTBEAT:
+                continue
+            handler = _TRANSITIONS.get((self.state, frame.command))
+            if handler is None:
+                raise self._unexpected(frame)
+            handler(self, frame, events)
+            if self.state is not _S.CONNECTED:
+                return  # after CONNECT the parser waits; after DISCONNECT nothing counts
+        if self._parser.error is not None:
+            raise self._parser.error
+
+    def _hold(self, data):
+        self._held += len(data)
+        if self._held > MAX_HELD_BYTES:
+            self._fail(StompProtocolError(
+                "too much data before CONNECTED",
+                f"more than {MAX_HELD_BYTES} bytes arrived before the CONNECT was answered"))
+            return
+        self._parser.feed(data)  # buffered only: the parser is paused after CONNECT
+
+    def _unexpected(self, frame):
+        command, receipt = frame.command, frame.get("receipt")
+        if self.state is _S.CONNECTING:
+            return StompProtocolError(
+                "not connected", f"the first frame must be CONNECT or STOMP, not "
+                f"{command[:40]!r}", receipt)
+        if command in ("CONNECT", "STOMP"):
+            return StompProtocolError("already connected",
+                                      f"{command} received on a connected session", receipt)
+        if command == "NACK":
+            return StompProtocolError("NACK is not part of STOMP 1.0",
+                                      "NACK needs STOMP 1.1 or later", receipt)
+        return StompProtocolError("unknown command",
+                                  f"unknown or unexpected command {command[:40]!r}", receipt)
+
+    def _on_connect(self, frame, events):
+        self.version = self._negotiate(frame)
+        beats = (0, 0)
+        if self.version != "1.0":  # 1.0 has no heart-beats
+            beats = self._client_heartbeat(frame.get("heart-beat"))
+        cx, cy = beats
+        send_ms, want_ms = self.heartbeat
+        # 1.1/1.2 "Heart-beating": a direction is off if either side says 0; otherwise
+        # the slower of what the sender can do and what the receiver wants.
+        self.heartbeat_receive_ms = max(cx, want_ms) if cx and want_ms else 0
+        self.heartbeat_send_ms = max(send_ms, cy) if send_ms and cy else 0
+        self.state = _S.AUTHENTICATING
+        # host is REQUIRED in 1.1/1.2 CONNECT frames, but we serve one virtual host, so
+        # nothing depends on it: a CONNECT without one is let in (host=None) rather than
+        # refused. stomp.py and stomp.js send it; some minimal clients do not.
+        events.append(ConnectRequested(
+            frame.get("login"), frame.get("passcode"), frame.get("host"), self.version,
+            beats, frame.headers))
+
+    def _negotiate(self, frame):
+        """The highest version both sides have (1.2 "Protocol Negotiation")."""
+        accept = frame.get("accept-version")
+        offered = {"1.0"} if accept is None else {v.strip() for v in accept.split(",")}
+        common = [v for v in self.versions if v in offered]
+        if not common:
+            ours = " ".join(self.versions)
+            raise StompProtocolError(
+                "unsupported STOMP version",
+                f"Supported protocol versions are {ours}; the client accepts "
+                f"{(accept or '')[:80]!r}", headers=[("version", ",".join(self.versions))])
+        return max(common, key=_version_key)
+
+    def _client_heartbeat(self, value):
+        if value is None:
+            return (0, 0)
+        cx, comma, cy = value.partition(",")
+        cx, cy = cx.strip(), cy.strip()
+        if not (comma and cx.isascii() and cx.isdigit() and cy.isascii() and cy.isdigit()
+                and len(cx) < 10 and len(cy) < 10):
+            raise StompProtocolError("bad heart-beat header",
+                                     f"heart-beat {value[:40]!r} is not two numbers of ms")
+        return (int(cx), int(cy))
+
+    def _on_send(self, frame, events):
+        events.append(Send(self._require(frame, "destination"), frame.headers, frame.body,
+                           frame.get("transaction"), frame.get("receipt")))
+
+    def _on_subscribe(self, frame, events):
+        destination = self._require(frame, "destination")
+        if self.version == "1.0":
+            # 1.0 has no required id: the destination names the subscription (ActiveMQ
+            # does the same), and UNSUBSCRIBE by destination finds it again.
+            sub_id = frame.get("id") or destination
+        else:
+            sub_id = self._require(frame, "id")
+        ack = frame.get("ack") or "auto"
+        if ack not in ACK_MODES:
+            raise StompProtocolError(
+                "bad ack mode", f"ack mode {ack[:40]!r} is not one of "
+                f"{', '.join(ACK_MODES)}", frame.get("receipt"))
+        events.append(Subscribe(sub_id, destination, ack, frame.headers,
+                                frame.get("receipt")))
+
+    def _on_unsubscribe(self, frame, events):
+        if self.version == "1.0" and not frame.get("id"):
+            sub_id = self._require(frame, "destination", "an id or a destination")
+        else:
+            sub_id = self._require(frame, "id")
+        events.append(Unsubscribe(sub_id, frame.get("receipt")))
+
+    def _ack_fields(self, frame):
+        if self.version == "1.2":
+            ack_id = self._require(frame, "id")
+            return ack_id, frame.get("subscription"), frame.get("message-id")
+        message_id = self._require(frame, "message-id")
+        if self.version == "1.1":
+            subscription = self._require(frame, "subscription")
+        else:
+            subscription = frame.get("subscription")
+        return message_id, subscription, message_id
+
+    def _on_ack(self, frame, events):
+        fields = self._ack_fields(frame)
+        events.append(Ack(*fields, frame.get("transaction"), frame.get("receipt")))
+
+    def _on_nack(self, frame, events):
+        fields = self._ack_fields(frame)
+        events.append(Nack(*fields, frame.get("transaction"), frame.get("receipt")))
+
+    def _on_transaction(self, frame, events):
+        event = _TRANSACTION_EVENTS[frame.command]
+        events.append(event(self._require(frame, "transaction"), frame.get("receipt")))
+
+    def _on_disconnect(self, frame, events):
+        receipt = frame.get("receipt")
+        events.append(Disconnect(receipt))
+        if receipt is None:
+            self._finish()
+        else:
+            self._disconnect_receipt = receipt
+            self.state = _S.DISCONNECTING
+
+    def _require(self, frame, name, what=None):
+        value = frame.get(name)
+        if not value:  # an empty destination, id or transaction names nothing
+            raise StompProtocolError(
+                f"missing header {name!r}",
+                f"the {frame.command} frame lacks {what or repr(name)}, which is required",
+                frame.get("receipt"))
+        return value
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _write(self, data):
+        self._tx = True
+        self._out.append(data)
+
+    def _write_error(self, message, detail="", receipt_id=None, extra=()):
+        headers = [("message", message)]
+        if receipt_id is not None:
+            headers.append(("receipt-id", receipt_id))
+        headers.extend(extra)
+        body = detail.encode("utf-8") if detail else b""
+        if body:
+            headers.append(("content-type", "text/plain"))
+        # Before the version is agreed the client's escaping is unknown: 1.0 has none.
+        self._write(encode_frame("ERROR", headers, body, self.version or "1.0"))
+
+    def _fail(self, error):
+        """The peer broke the protocol: say why in an ERROR frame and finish."""
+        if self.finished:
+            return
+        self.error = error
+        self._write_error(error.message, error.detail, error.receipt_id, error.headers)
+        self._finish()
+
+    def _finish(self):
+        self.finished = True
+        self.state = _S.DISCONNECTED
+
+    def _expect(self, state, action):
+        if self.state is not state:
+            raise StompLocalError(f"cannot {action} in state {self.state.name}")
+
+
+_TRANSACTION_EVENTS = {"BEGIN": Begin, "COMMIT": Commit, "ABORT": Abort}
+
+_C = StompConnection
+_CONNECTED_FRAMES = {
+    "SEND": _C._on_send, "SUBSCRIBE": _C._on_subscribe, "UNSUBSCRIBE": _C._on_unsubscribe,
+    "ACK": _C._on_ack, "BEGIN": _C._on_transaction, "COMMIT": _C._on_transaction,
+    "ABORT": _C._on_transaction, "DISCONNECT": _C._on_disconnect,
+}
+
+# (state, command) -> handler. Anything missing is an ERROR (see _unexpected). NACK is
+# looked up under a pseudo-state per version because 1.0 has no NACK.
+_TRANSITIONS = {
+    (_S.CONNECTING, "CONNECT"): _C._on_connect,
+    (_S.CONNECTING, "STOMP"): _C._on_connect,
+    **{(_S.CONNECTED, command): handler for command, handler in _CONNECTED_FRAMES.items()},
+    (_S.CONNECTED, "NACK"): _C._on_nack,
+}

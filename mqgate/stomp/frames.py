@@ -1,0 +1,417 @@
+"""
+STOMP 1.0/1.1/1.2 frames: parse and serialize (S10.2), with limits (style P5).
+
+Theory of operation
+-------------------
+A frame is a command line, header lines, a blank line, a body and a NUL octet::
+
+    COMMAND EOL *(name ":" value EOL) EOL body NUL *(EOL)
+
+EOL is LF or CR LF. STOMP 1.2 allows the CR; 1.0 and 1.1 say LF, but clients on every
+version send CR LF now and then, and a CR at the end of a line can mean nothing else, so
+we accept it everywhere. EOLs between frames are heart-beats (1.1+); they are reported
+as the single L{HEARTBEAT} value (several in a row count once).
+
+The body ends at the first NUL, unless the frame carries C{content-length}: then exactly
+that many octets are read (NULs included) and a NUL must follow.
+
+Header escaping depends on the version (the spec's "Value Encoding"):
+
+    1.0   none: a backslash is an ordinary octet
+    1.1   \\n \\c \\\\
+    1.2   \\r \\n \\c \\\\
+    any other escape sequence is a fatal error (1.1, 1.2)
+
+CONNECT, STOMP and CONNECTED frames are never escaped, whatever the version, because the
+version is not agreed until they have been exchanged (1.2 says so for CONNECT and
+CONNECTED; STOMP is CONNECT by another name). For the same reason the parser stops after
+one of those frames: the connection negotiates the version and then calls
+L{FrameParser.resume} with it, so the frames behind it are unescaped the right way.
+
+Repeated headers keep their order; L{Frame.get} returns the first, as 1.1 and 1.2 ask.
+
+The parser works a line at a time with C{bytearray.find}, never byte by byte, and never
+scans the same bytes twice (a partial line or a body without content-length remembers
+how far it was searched). Every limit is checked as the bytes arrive, so a peer cannot
+make us buffer more than one limit's worth before it is told off.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+from mqgate.stomp.errors import FrameError
+
+__all__ = [
+    "Frame", "FrameParser", "FrameLimits", "Heartbeat", "HEARTBEAT", "DEFAULT_LIMITS",
+    "serialize", "encode_frame", "VERSIONS",
+]
+
+#: The versions this module knows, oldest first.
+VERSIONS = ("1.0", "1.1", "1.2")
+
+# The frames that are never escaped and after which the version may change.
+_UNESCAPED = frozenset(("CONNECT", "STOMP", "CONNECTED"))
+
+
+@dataclass(frozen=True, slots=True)
+class FrameLimits:
+    """Size limits on incoming frames (the spec's "Size Limits": servers MAY limit the
+    number of headers, the length of header lines and the size of the body).
+
+    @ivar max_body_size: octets in one frame body. 64 MiB is the broker's largest
+        direct message (S9.5); a bigger SEND could not be accepted anyway, and reading
+        it first would only cost memory.
+    @ivar max_headers: header lines in one frame. Real frames carry a dozen or two
+        (JMS mapping plus application properties); 256 leaves room for generous
+        property sets while bounding the per-frame work and memory.
+    @ivar max_header_line: octets in one header line (EOL excluded). 8 KiB, the common
+        HTTP header-line limit (Tomcat, Apache httpd), fits selectors and long
+        properties, and bounds what a partial line can make us hold.
+    @ivar max_command_line: octets in the command line. The longest command is 11
+        octets; 1 KiB is only there so that garbage without a newline is refused early.
+    """
+    max_body_size: int = 64 * 1024 * 1024
+    max_headers: int = 256
+    max_header_line: int = 8192
+    max_command_line: int = 1024
+
+
+DEFAULT_LIMITS = FrameLimits()
+
+
+@dataclass(slots=True)
+class Frame:
+    """One STOMP frame.
+
+    @ivar command: e.g. C{"SEND"} (case-sensitive, as the spec says).
+    @ivar headers: C{(name, value)} string pairs, in wire order, repeats kept.
+    @ivar body: the body octets.
+    """
+    command: str
+    headers: list = field(default_factory=list)
+    body: bytes = b""
+
+    def get(self, name, default=None):
+        """The value of the FIRST header called C{name} (1.2 "Repeated Header Entries")."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return default
+
+
+class Heartbeat:
+    """The type of L{HEARTBEAT}: one or more EOLs between frames."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "HEARTBEAT"
+
+
+HEARTBEAT = Heartbeat()
+
+# -- escaping ------------------------------------------------------------------------------
+
+_DECODE_ESCAPES = {
+    "1.1": {b"n": b"\n", b"c": b":", b"\\": b"\\"},
+    "1.2": {b"r": b"\r", b"n": b"\n", b"c": b":", b"\\": b"\\"},
+}
+# A backslash and the octet after it (or nothing, at the end of the value).
+_ESCAPE_RE = re.compile(rb"\\(.?)", re.S)
+_NEEDS_ESCAPE_11 = re.compile(r"[\\\n:]").search
+_NEEDS_ESCAPE_12 = re.compile(r"[\\\r\n:]").search
+
+
+def _unescaper(table):
+    def replace(match):
+        try:
+            return table[match.group(1)]
+        except KeyError:
+            raise FrameError(
+                "undefined escape sequence",
+                f"header contains the undefined escape {match.group(0)!r}") from None
+
+    def unescape(raw):
+        return _ESCAPE_RE.sub(replace, raw) if b"\\" in raw else raw
+    return unescape
+
+
+_UNESCAPERS = {version: _unescaper(table) for version, table in _DECODE_ESCAPES.items()}
+
+
+def _escape_11(text):
+    if _NEEDS_ESCAPE_11(text) is None:
+        return text
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+
+
+def _escape_12(text):
+    if _NEEDS_ESCAPE_12(text) is None:
+        return text
+    return (text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+            .replace(":", "\\c"))
+
+
+def _escape_none(text):
+    # 1.0 and the CONNECT/CONNECTED frames have no escapes: an EOL inside a value would
+    # end the header line and desynchronise the stream, so it is sent as a space.
+    if "\n" in text or "\r" in text:
+        return text.replace("\r", " ").replace("\n", " ")
+    return text
+
+
+_ESCAPERS = {"1.1": _escape_11, "1.2": _escape_12}
+
+
+def _escaper(version, command):
+    if command in _UNESCAPED:
+        return _escape_none
+    return _ESCAPERS.get(version, _escape_none)
+
+
+# -- serializing ---------------------------------------------------------------------------
+
+def encode_frame(command, headers, body=b"", version="1.2"):
+    """Serialize a frame from its parts in one join (the hot path of MESSAGE frames).
+
+    Header names and values are escaped for C{version}; values that are not strings are
+    converted with C{str}. Any C{content-length} in C{headers} is dropped and, for a
+    non-empty body, the right one is added, so a body with NULs always frames correctly.
+
+    @return: the frame's bytes, NUL included.
+    """
+    escape = _escaper(version, command)
+    lines = [command]
+    append = lines.append
+    for name, value in headers:
+        if name == "content-length":
+            continue
+        if type(value) is not str:
+            value = str(value)
+        append(f"{escape(name)}:{escape(value)}")
+    if body:
+        append(f"content-length:{len(body)}")
+    append("\n")
+    return b"".join(("\n".join(lines).encode("utf-8"), body, b"\x00"))
+
+
+def serialize(frame, version):
+    """Serialize a L{Frame} for C{version} (see L{encode_frame})."""
+    return encode_frame(frame.command, frame.headers, frame.body, version)
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+_COMMAND, _HEADERS, _BODY = "COMMAND", "HEADERS", "BODY"
+_CR, _NUL = 13, b"\x00"
+
+
+class FrameParser:
+    """Turns a byte stream into L{Frame}s and L{HEARTBEAT}s.
+
+    @param version: the agreed version (C{"1.0"}, C{"1.1"}, C{"1.2"}), or None before
+        it is agreed (nothing is unescaped then).
+    @param limits: a L{FrameLimits}.
+    @ivar paused: True after a CONNECT, STOMP or CONNECTED frame, until L{resume}.
+    @ivar error: the L{FrameError} that stopped the parser, or None.
+    """
+
+    def __init__(self, version=None, limits=DEFAULT_LIMITS):
+        if version is not None and version not in VERSIONS:
+            raise ValueError(f"unknown STOMP version {version!r}")
+        self.version = version
+        self.limits = limits
+        self.paused = False
+        self.error = None
+        self._buf = bytearray()
+        self._scan = 0              # where the next search may start (bytes before: seen)
+        self._state = _COMMAND
+        self._command = None
+        self._headers = []
+        self._length = None         # content-length of the frame being read, or None
+        self._unescape = None
+
+    def feed(self, data):
+        """Add received bytes; return the frames (and heart-beats) now complete, in order.
+
+        @raise FrameError: the stream is malformed or a limit was exceeded. When frames
+            were complete before the bad bytes, they are returned first and the error is
+            kept in C{error} and raised by the next call.
+        """
+        if self.error is not None:
+            raise self.error
+        if data:
+            self._buf += data
+        if self.paused:
+            return []
+        return self._run()
+
+    def resume(self, version):
+        """Continue after a CONNECT/STOMP/CONNECTED frame, now that C{version} is agreed.
+
+        @return: the frames complete in what was buffered meanwhile (as L{feed}).
+        """
+        if version not in VERSIONS:
+            raise ValueError(f"unknown STOMP version {version!r}")
+        self.version = version
+        self.paused = False
+        return self.feed(b"")
+
+    def _run(self):
+        out = []
+        try:
+            self._parse(out)
+        except FrameError as error:
+            self.error = error
+            self._buf = bytearray()   # nothing more will be read: free the memory
+            if not out:
+                raise
+        return out
+
+    def _parse(self, out):
+        buf = self._buf
+        pos = 0
+        try:
+            while not self.paused:
+                if self._state is _BODY:
+                    end = self._body_end(buf, pos)
+                    if end < 0:
+                        break
+                    self._emit(bytes(buf[pos:end]), out)
+                    pos = end + 1
+                    continue
+                nl = buf.find(b"\n", max(pos, self._scan))
+                if nl < 0:
+                    self._check_partial_line(len(buf) - pos)
+                    self._scan = len(buf)
+                    break
+                end = nl - 1 if nl > pos and buf[nl - 1] == _CR else nl
+                line = bytes(buf[pos:end])
+                pos = nl + 1
+                if self._state is _COMMAND:
+                    self._on_command_line(line, out)
+                else:
+                    self._on_header_line(line)
+        finally:
+            if pos:
+                del buf[:pos]
+                self._scan = max(0, self._scan - pos)
+
+    def _check_partial_line(self, size):
+        # An unfinished line may still end with the CR of its EOL: allow one octet more.
+        if self._state is _COMMAND:
+            if size > self.limits.max_command_line + 1:
+                raise self._too_long_command()
+        elif size > self.limits.max_header_line + 1:
+            raise self._too_long_header()
+
+    def _too_long_command(self):
+        limit = self.limits.max_command_line
+        return FrameError(f"command line longer than {limit} bytes",
+                          f"the frame's command line exceeds the limit of {limit} bytes")
+
+    def _too_long_header(self):
+        limit = self.limits.max_header_line
+        return FrameError(f"header line longer than {limit} bytes",
+                          f"a header line of a {self._command} frame exceeds the limit "
+                          f"of {limit} bytes")
+
+    def _on_command_line(self, line, out):
+        if not line:
+            # EOLs between frames: heart-beats (1.1 "Heart-beating"), also allowed after
+            # the NUL of every frame by the grammar. Several in a row count once.
+            if not out or out[-1] is not HEARTBEAT:
+                out.append(HEARTBEAT)
+            return
+        if len(line) > self.limits.max_command_line:
+            raise self._too_long_command()
+        try:
+            command = line.decode("ascii")
+        except UnicodeDecodeError:
+            raise FrameError("malformed frame",
+                             f"the command line {line[:40]!r} is not ASCII") from None
+        self._command = command
+        self._headers = []
+        self._length = None
+        self._state = _HEADERS
+        version = None if command in _UNESCAPED else self.version
+        self._unescape = _UNESCAPERS.get(version)
+
+    def _on_header_line(self, line):
+        if not line:
+            self._start_body()
+            return
+        if len(line) > self.limits.max_header_line:
+            raise self._too_long_header()
+        if len(self._headers) >= self.limits.max_headers:
+            limit = self.limits.max_headers
+            raise FrameError(f"more than {limit} headers",
+                             f"the {self._command} frame has more than the limit of "
+                             f"{limit} headers")
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise FrameError("malformed frame",
+                             f"header line {line[:40]!r} of a {self._command} frame "
+                             "has no colon")
+        unescape = self._unescape
+        if unescape is not None:
+            name, value = unescape(name), unescape(value)
+        try:
+            self._headers.append((name.decode("utf-8"), value.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise FrameError("malformed frame",
+                             f"a header of a {self._command} frame is not UTF-8") from None
+
+    def _start_body(self):
+        self._state = _BODY
+        for name, value in self._headers:
+            if name == "content-length":
+                self._length = self._content_length(value)
+                break
+
+    def _content_length(self, value):
+        limit = self.limits.max_body_size
+        if not (value.isascii() and value.isdigit()):
+            raise FrameError("malformed frame",
+                             f"content-length {value[:40]!r} is not a number of octets")
+        # Length check before int(): a 5000-digit number must not reach int() (which
+        # refuses more than 4300 digits) or anything else.
+        if len(value) > len(str(limit)) or int(value) > limit:
+            raise self._too_big()
+        return int(value)
+
+    def _too_big(self):
+        limit = self.limits.max_body_size
+        return FrameError(f"frame body longer than {limit} bytes",
+                          f"the {self._command} frame's body exceeds the limit of "
+                          f"{limit} bytes")
+
+    def _body_end(self, buf, pos):
+        """The offset of the body's NUL, or -1 when more bytes are needed."""
+        length = self._length
+        if length is not None:
+            end = pos + length
+            if len(buf) <= end:
+                return -1
+            if buf[end] != 0:
+                raise FrameError("malformed frame",
+                                 f"the {self._command} frame's body of content-length "
+                                 f"{length} is not followed by a NUL")
+            return end
+        end = buf.find(_NUL, max(pos, self._scan))
+        if end < 0:
+            if len(buf) - pos > self.limits.max_body_size:
+                raise self._too_big()
+            self._scan = len(buf)
+        elif end - pos > self.limits.max_body_size:
+            raise self._too_big()
+        return end
+
+    def _emit(self, body, out):
+        command = self._command
+        out.append(Frame(command, self._headers, body))
+        self._state = _COMMAND
+        self._command = None
+        self._headers = []
+        if command in _UNESCAPED:
+            self.paused = True
