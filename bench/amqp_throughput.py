@@ -385,10 +385,26 @@ def _client_args(options, url, mode):
             "--user", options.user, "--password", options.password]
 
 
-def measure(options, url, mode):
-    """Run consumer then producer against C{url}; return the scenario's JSON dict."""
+def _cpu_seconds(pid):
+    """CPU time (user + system) a process has used so far, from /proc; None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(options, url, mode, broker_pid=None):
+    """Run consumer then producer against C{url}; return the scenario's JSON dict.
+
+    With C{broker_pid}, also report the broker's own CPU time per message: the load
+    generator (Proton in Python) may be the bottleneck, and this says what the broker
+    itself would sustain on one core.
+    """
     args = _client_args(options, url, mode)
     children = []
+    cpu_before = _cpu_seconds(broker_pid) if broker_pid else None
     try:
         consumer = Child("consume", args)
         children.append(consumer)
@@ -414,7 +430,7 @@ def measure(options, url, mode):
     finally:
         for child in children:
             child.kill()
-    return {
+    result = {
         "scenario": f"amqp-queue-{mode}",
         "messages": got["received"],
         "size": options.size,
@@ -422,6 +438,12 @@ def measure(options, url, mode):
         "seconds": round(got["seconds"], 3),
         "producer_msgs_per_s": sent["msgs_per_s"],
     }
+    cpu_after = _cpu_seconds(broker_pid) if broker_pid else None
+    if cpu_before is not None and cpu_after is not None and got["received"]:
+        per_message = (cpu_after - cpu_before) / got["received"]
+        result["broker_cpu_us_per_msg"] = round(per_message * 1e6, 1)
+        result["broker_one_core_msgs_per_s"] = round(1 / per_message) if per_message else None
+    return result
 
 
 def run_scenario(options, mode):
@@ -435,7 +457,7 @@ def run_scenario(options, mode):
                 host, port = broker.spawn().address("jms")
             except BrokerError as e:
                 raise BenchError(f"the broker did not start: {e}") from None
-            return measure(options, f"amqp://{host}:{port}", mode)
+            return measure(options, f"amqp://{host}:{port}", mode, broker.pid)
         finally:
             try:
                 broker.terminate()

@@ -188,7 +188,10 @@ class Connection:
                 self.close(self.error.condition, self.error.description)
                 self.finished = True
                 return None
-            deadlines.append(self._last_rx + self.idle_timeout)
+            # Traffic is noticed only when we tick, so tick every quarter timeout: a
+            # silent peer is then closed at most a quarter late, never early.
+            deadlines.append(min(self._last_rx + self.idle_timeout,
+                                 now + self.idle_timeout / 4))
         if self.remote_idle_timeout and self.state in (ConnectionState.OPENED,
                                                        ConnectionState.OPEN_SENT,
                                                        ConnectionState.CLOSE_RCVD):
@@ -198,6 +201,11 @@ class Connection:
                 self._last_tx = now
             deadlines.append(self._last_tx + interval)
         return min(deadlines) if deadlines else None
+
+    @property
+    def ready(self):
+        """True once the peer's open arrived: its idle timeout is known (section 2.4.5)."""
+        return self.remote_open is not None
 
     def connection_lost(self):
         """The transport is gone: nothing more will be read or written."""

@@ -30,7 +30,6 @@ This engine is the server side only; tests drive it with hand-written client fra
 
 import enum
 
-from mqgate import __version__
 from mqgate.errors import ConfigError
 from mqgate.stomp.errors import StompError, StompLocalError, StompProtocolError
 from mqgate.stomp.events import (
@@ -49,7 +48,8 @@ ACK_MODES = ("auto", "client", "client-individual")
 # without a byte. The spec asks receivers to "be tolerant and take into account an error
 # margin"; a client that sends exactly on its interval arrives late by network jitter
 # plus its own timer slack, and our own check only runs on ticks (see tick()). Twice the
-# interval absorbs all of that without letting a dead peer linger for long.
+# interval absorbs all of that without letting a dead peer linger for long (stomp.py, on
+# the other side, gives the server 1.5 intervals: heart_beat_receive_scale).
 HEARTBEAT_TOLERANCE = 2
 
 # Bytes a client may send between its CONNECT and our answer to it (authentication is
@@ -82,7 +82,9 @@ class StompConnection:
     """A STOMP server connection.
 
     @param server: must be True; the engine has no client side (yet).
-    @param server_name: the CONNECTED C{server} header (C{name/version}).
+    @param server_name: the CONNECTED C{server} header, C{name/version}. The engine may
+        not import C{mqgate.__version__} (layer rule), so whoever builds it passes
+        C{f"mqgate/{__version__}"}.
     @param versions: the versions we speak, from C{("1.0", "1.1", "1.2")}.
     @param heartbeat: C{(send_ms, want_ms)}: how often we can send heart-beats and how
         often we want them (the CONNECTED C{heart-beat} header); 0 disables a direction.
@@ -97,7 +99,7 @@ class StompConnection:
     @ivar error: the L{StompError} the peer caused, or None.
     """
 
-    def __init__(self, *, server=True, server_name=f"mqgate/{__version__}",
+    def __init__(self, *, server=True, server_name="mqgate",
                  versions=VERSIONS, heartbeat=(10000, 10000), limits=DEFAULT_LIMITS):
         if not server:
             raise ConfigError("server", server, "True (no STOMP client engine exists)")
@@ -293,9 +295,6 @@ class StompConnection:
         if command in ("CONNECT", "STOMP"):
             return StompProtocolError("already connected",
                                       f"{command} received on a connected session", receipt)
-        if command == "NACK":
-            return StompProtocolError("NACK is not part of STOMP 1.0",
-                                      "NACK needs STOMP 1.1 or later", receipt)
         return StompProtocolError("unknown command",
                                   f"unknown or unexpected command {command[:40]!r}", receipt)
 
@@ -385,6 +384,9 @@ class StompConnection:
         events.append(Ack(*fields, frame.get("transaction"), frame.get("receipt")))
 
     def _on_nack(self, frame, events):
+        if self.version == "1.0":
+            raise StompProtocolError("NACK is not part of STOMP 1.0",
+                                     "NACK needs STOMP 1.1 or later", frame.get("receipt"))
         fields = self._ack_fields(frame)
         events.append(Nack(*fields, frame.get("transaction"), frame.get("receipt")))
 
@@ -450,14 +452,13 @@ _C = StompConnection
 _CONNECTED_FRAMES = {
     "SEND": _C._on_send, "SUBSCRIBE": _C._on_subscribe, "UNSUBSCRIBE": _C._on_unsubscribe,
     "ACK": _C._on_ack, "BEGIN": _C._on_transaction, "COMMIT": _C._on_transaction,
-    "ABORT": _C._on_transaction, "DISCONNECT": _C._on_disconnect,
+    "ABORT": _C._on_transaction, "NACK": _C._on_nack, "DISCONNECT": _C._on_disconnect,
 }
 
-# (state, command) -> handler. Anything missing is an ERROR (see _unexpected). NACK is
-# looked up under a pseudo-state per version because 1.0 has no NACK.
+# (state, command) -> handler. Anything missing is an ERROR (see _unexpected); what
+# depends on the version (NACK, required headers) is checked by the handler.
 _TRANSITIONS = {
     (_S.CONNECTING, "CONNECT"): _C._on_connect,
     (_S.CONNECTING, "STOMP"): _C._on_connect,
     **{(_S.CONNECTED, command): handler for command, handler in _CONNECTED_FRAMES.items()},
-    (_S.CONNECTED, "NACK"): _C._on_nack,
 }

@@ -1,0 +1,178 @@
+"""
+The one Twisted adapter shape for every sans-IO engine (style P6): feed bytes to the
+engine, hand its events to the glue, write what the engine has to say, run its timers.
+
+AMQP and STOMP connections differ only in which engine and glue they build and how an
+engine is told to give up; that is the factory's business (L{EngineFactory}), so the
+protocol class is written once.
+
+Twisted calls: C{connectionMade}, C{dataReceived}, C{connectionLost}.
+The glue calls: C{request_flush} (through the factory's L{Flusher}) when output was
+produced outside C{dataReceived}: an authentication result, or deliveries routed here
+from another connection's producer.
+The factory calls: C{shutdown} when the broker stops.
+"""
+
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+
+__all__ = ["EngineProtocol", "EngineFactory", "Flusher"]
+
+
+class Flusher:
+    """Writes out, once per reactor turn, every connection that has output pending.
+
+    A producer's burst may route messages to many consumers on other connections; rather
+    than one write (or one C{callLater}) per message, the consumers are marked and all of
+    them flushed together when the reactor comes round.
+    """
+
+    def __init__(self, clock):
+        self._clock = clock
+        self._pending = {}
+        self._call = None
+
+    def mark(self, protocol):
+        self._pending[protocol] = None
+        if self._call is None:
+            self._call = self._clock.callLater(0, self._run)
+
+    def _run(self):
+        self._call = None
+        pending, self._pending = self._pending, {}
+        for protocol in pending:
+            protocol.flush()
+
+    def stop(self):
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+
+class EngineProtocol(Protocol):
+    """One broker-side connection driven by an engine and its glue."""
+
+    log = Logger()
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.engine = None
+        self.glue = None
+        self.peer = "?"
+        self._tick_call = None
+        self._awaiting_ready = True
+        self._setup_deadline = None
+
+    def connectionMade(self):
+        """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
+        factory = self.factory
+        peer = self.transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.engine, self.glue = factory.make_session(self)
+        factory.connections.add(self)
+        self._setup_deadline = factory.clock.seconds() + factory.setup_timeout
+        self._schedule_tick(self._setup_deadline)
+
+    def dataReceived(self, data):
+        """Bytes from the peer: through the engine to the glue, then write the answer."""
+        self.glue.handle(self.engine.receive_data(data))
+        self.flush()
+        if self._awaiting_ready and self.engine.ready:
+            # The peer's heart-beat or idle timeout is known now: the engine's timers
+            # start at once, not at the set-up deadline (S1.7).
+            self._awaiting_ready = False
+            self._cancel_tick()
+            self._tick()
+
+    def request_flush(self):
+        """Ask for a flush in the next reactor turn (output made outside dataReceived)."""
+        self.factory.flusher.mark(self)
+
+    def flush(self):
+        """Write what the engine has to say; drop the transport when it is finished."""
+        engine = self.engine
+        if engine is None:
+            return
+        out = engine.data_to_send()
+        if out:
+            self.transport.write(out)
+        if engine.finished:
+            if engine.error is not None:
+                self.log.info("closing connection from {peer}: {error}", peer=self.peer,
+                              error=engine.error)
+            self.transport.loseConnection()
+
+    def connectionLost(self, reason):
+        """The transport is gone: everything unsettled goes back to its queue."""
+        self.factory.connections.discard(self)
+        self._cancel_tick()
+        if self.engine is not None:
+            self.engine.connection_lost()
+            self.glue.connection_lost()
+
+    def shutdown(self, description="the broker is shutting down"):
+        """Say goodbye in the protocol's own words (S0.4) and drop the transport."""
+        if self.engine is not None and not self.engine.finished:
+            self.factory.abandon(self.engine, "shutdown", description)
+        self.flush()
+
+    def _tick(self):
+        """Run the engine's timers (idle timeout, heart-beats) and the set-up deadline."""
+        self._tick_call = None
+        engine = self.engine
+        if engine is None or engine.finished:
+            return
+        now = self.factory.clock.seconds()
+        deadline = engine.tick(now)
+        if not engine.ready and not engine.finished:
+            if now >= self._setup_deadline:
+                # A peer that never completes its handshake holds a connection for
+                # nothing (S4.2: the client response timeout).
+                self.factory.abandon(engine, "setup-timeout",
+                                     "no handshake within the connection set-up timeout")
+            else:
+                deadline = min(deadline or self._setup_deadline, self._setup_deadline)
+        self.flush()
+        if deadline is not None and not engine.finished:
+            self._schedule_tick(deadline)
+
+    def _schedule_tick(self, when):
+        clock = self.factory.clock
+        self._tick_call = clock.callLater(max(0.0, when - clock.seconds()), self._tick)
+
+    def _cancel_tick(self):
+        if self._tick_call is not None and self._tick_call.active():
+            self._tick_call.cancel()
+        self._tick_call = None
+
+
+class EngineFactory(Factory):
+    """What every engine-driven service shares; subclasses say which engine and glue.
+
+    @ivar connections: the live protocols, so shutdown can close each properly.
+    """
+
+    protocol = EngineProtocol
+    noisy = False  # ConnectionService logs one line per service; per-connection is noise
+
+    def __init__(self, *, clock, flusher, setup_timeout):
+        self.clock = clock
+        self.flusher = flusher
+        self.setup_timeout = setup_timeout
+        self.connections = set()
+
+    def buildProtocol(self, addr):
+        return self.protocol(self)
+
+    def make_session(self, protocol):
+        """Return C{(engine, glue)} for a new connection."""
+        raise NotImplementedError
+
+    def abandon(self, engine, why, description):
+        """Make the engine say goodbye (C{why}: "shutdown" or "setup-timeout")."""
+        raise NotImplementedError
+
+    def shutdown(self):
+        """Close every connection in its protocol's own words."""
+        for protocol in list(self.connections):
+            protocol.shutdown()
