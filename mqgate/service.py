@@ -17,8 +17,12 @@ from mqgate import __version__
 from mqgate.config.schema import SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.glue.amqp import GlueConfig
+from mqgate import sniff
+from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.services import ConnectionService, endpoint_description
+from mqgate.net.stomp import StompServerFactory
+from mqgate.net.unify import PortUnificationFactory
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
@@ -28,7 +32,7 @@ __all__ = ["build_broker", "BrokerService"]
 log = Logger(namespace="mqgate")
 
 # The services this version can run; the others of S1.1 come with their issues.
-_RUNNABLE = ("jms", "admin")
+_RUNNABLE = ("jms", "admin", "stomp")
 
 
 class BrokerService(service.MultiService):
@@ -102,13 +106,29 @@ def build_broker(settings, reactor):
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
+    shared = dict(settings=settings, broker=broker, authenticator=authenticator,
+                  reactor=reactor, flusher=flusher)
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
             log.warn("service {name} is not available in this version; skipped", name=name)
             continue
-        kind, _transport = SERVICES[name]
         host, port = settings.service_address(name)
-        factory = AmqpServerFactory(
+        protocols = settings[f"mqgate.{name}.protocols"]
+        factory = _service_factory(name, protocols, **shared)
+        ConnectionService(name, reactor, endpoint_description(host, port), factory,
+                          protocol_name="+".join(p.upper() for p in protocols)
+                          ).setServiceParent(top)
+    return top
+
+
+def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
+                     flusher):
+    """The factory of one service: one protocol's, or a sniffing one over several."""
+    kind, _transport = SERVICES[name]
+    setup_timeout = settings["mqgate.authentication.client.response.timeout"]
+    factories = {}
+    if "amqp" in protocols:
+        amqp = AmqpServerFactory(
             settings=settings, broker=broker, authenticator=authenticator, clock=reactor,
             flusher=flusher, container_id=f"mqgate:{settings.instance}",
             allow_anonymous=settings["mqgate.authentication.anonymous.enabled"],
@@ -116,6 +136,13 @@ def build_broker(settings, reactor):
                 producer_credit=settings["mqgate.amqp.producer_credit"],
                 max_message_size=settings["mqgate.message.max_size"],
                 admin_only=(kind == "ADMIN"), service=name))
-        ConnectionService(name, reactor, endpoint_description(host, port),
-                          factory).setServiceParent(top)
-    return top
+        factories[sniff.AMQP] = factories[sniff.AMQP_SASL] = amqp
+    if "stomp" in protocols and kind == "NORMAL":
+        factories[sniff.STOMP] = StompServerFactory(
+            broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
+            setup_timeout=setup_timeout,
+            glue_config=StompGlueConfig(max_message_size=settings["mqgate.message.max_size"]))
+    distinct = set(factories.values())
+    if len(distinct) == 1:
+        return distinct.pop()   # one protocol: no need to look at the first bytes
+    return PortUnificationFactory(factories, reactor, timeout=min(setup_timeout, 10.0))

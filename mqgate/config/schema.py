@@ -279,7 +279,14 @@ SERVICES = {
     "httpsjms": ("NORMAL", "https"),
     "admin": ("ADMIN", "tcp"),
     "ssladmin": ("ADMIN", "tls"),
+    # A STOMP-only messaging service, on the port STOMP clients expect (issue 5).
+    "stomp": ("NORMAL", "tcp"),
 }
+
+# The wire protocols each service accepts by default (S1.1): messaging services tell
+# AMQP from STOMP by the first bytes; ADMIN services speak AMQP.
+PROTOCOLS = ("amqp", "stomp")
+SERVICE_PROTOCOLS = {"stomp": "stomp", "admin": "amqp", "ssladmin": "amqp"}
 
 _PORT = Int(0, 65535)
 
@@ -302,6 +309,11 @@ def _service_rows():
             f"{prefix}.hostname", Text(), "",
             f"Bind address of the {service} service; empty means mqgate.hostname "
             "(S1.5)."))
+        rows.append(Key(
+            f"mqgate.{service}.protocols", TextList(PROTOCOLS),
+            SERVICE_PROTOCOLS.get(service, "amqp,stomp"),
+            f"Wire protocols the {service} service accepts, told apart by the first "
+            "bytes of a connection (S1.1)."))
     return rows
 
 
@@ -374,7 +386,8 @@ SERVICE_PORT_KEYS = {
 SHIPPED_OVERRIDES = {
     "mqgate.hostname": "127.0.0.1",
     "mqgate.jms.tcp.port": "5672",
-    "mqgate.service.activelist": "jms,admin",
+    "mqgate.stomp.tcp.port": "61613",
+    "mqgate.service.activelist": "jms,admin,stomp",
 }
 
 REGENERATE = (

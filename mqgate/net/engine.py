@@ -77,12 +77,6 @@ class EngineProtocol(Protocol):
         """Bytes from the peer: through the engine to the glue, then write the answer."""
         self.glue.handle(self.engine.receive_data(data))
         self.flush()
-        if self._awaiting_ready and self.engine.ready:
-            # The peer's heart-beat or idle timeout is known now: the engine's timers
-            # start at once, not at the set-up deadline (S1.7).
-            self._awaiting_ready = False
-            self._cancel_tick()
-            self._tick()
 
     def request_flush(self):
         """Ask for a flush in the next reactor turn (output made outside dataReceived)."""
@@ -96,6 +90,14 @@ class EngineProtocol(Protocol):
         out = engine.data_to_send()
         if out:
             self.transport.write(out)
+        if self._awaiting_ready and engine.ready and not engine.finished:
+            # The handshake is done (possibly just now, after an asynchronous login):
+            # the peer's heart-beat or idle timeout is known, so the engine's timers
+            # start at once, not at the set-up deadline (S1.7).
+            self._awaiting_ready = False
+            self._cancel_tick()
+            self._tick()
+            return
         if engine.finished:
             if engine.error is not None:
                 self.log.info("closing connection from {peer}: {error}", peer=self.peer,

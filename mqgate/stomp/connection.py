@@ -185,6 +185,12 @@ class StompConnection:
             deadlines.append(self._last_tx + half)
         return min(deadlines) if deadlines else None
 
+    @property
+    def ready(self):
+        """True once CONNECTED was sent: the heart-beats are agreed (the adapter then
+        starts ticking)."""
+        return self.state in (_S.CONNECTED, _S.DISCONNECTING)
+
     def connection_lost(self):
         """The transport is gone: nothing more will be read or written."""
         self.finished = True

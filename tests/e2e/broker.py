@@ -39,6 +39,7 @@ LISTENING = re.compile(r"service (\w+) listening on ([0-9.]+):(\d+)")
 EPHEMERAL_PORTS = {
     "mqgate.jms.tcp.port": "0",
     "mqgate.admin.tcp.port": "0",
+    "mqgate.stomp.tcp.port": "0",
     "mqgate.portmapper.port": "0",
 }
 

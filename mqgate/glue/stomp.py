@@ -1,0 +1,354 @@
+"""
+Between the STOMP engine's events and the broker core (S10.2). The STOMP twin of
+L{mqgate.glue.amqp}: one small method per event, dispatched through a table.
+
+What STOMP means in broker terms:
+
+- SUBSCRIBE is a consumer: ``ack:auto`` is at-most-once (the delivery is settled when it
+  is handed over), ``client`` and ``client-individual`` are at-least-once; the consumer's
+  credit is its flow limit (``prefetch-count`` / ``activemq.prefetchSize``), given back
+  as messages are acknowledged;
+- ACK settles (``client``: every unacknowledged message of that subscription up to and
+  including the one named), NACK gives the message back for redelivery;
+- BEGIN/COMMIT/ABORT: sends and acks inside a transaction are held and take effect on
+  COMMIT only;
+- every frame that asks for a receipt gets one after its effect is done.
+"""
+
+import collections
+import itertools
+
+from twisted.logger import Logger
+
+from mqgate.amqp.message import parse_message
+from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
+from mqgate.core.message import BrokerMessage
+from mqgate.errors import ProtocolError
+from mqgate.glue.stomp_mapping import frame_to_message, message_to_headers
+from mqgate.stomp.events import (
+    Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, Nack, Send, Subscribe,
+    Unsubscribe,
+)
+
+__all__ = ["StompBrokerSession", "StompGlueConfig"]
+
+_session_ids = itertools.count(1)
+
+# Flow limit of a subscription that names none: what ActiveMQ gives STOMP consumers
+# (FACTS section 6) and OpenMQ's consumerFlowLimit default (FACTS 1.6).
+DEFAULT_PREFETCH = 1000
+_DURABLE_HEADERS = ("activemq.subscriptionName", "durable-subscription-name")
+_PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize")
+
+
+class StompGlueConfig:
+    """The settings the STOMP glue needs, read once from Settings."""
+
+    __slots__ = ("max_message_size",)
+
+    def __init__(self, max_message_size=70 << 20):
+        self.max_message_size = max_message_size
+
+
+class _Subscription:
+    """One SUBSCRIBE: the core consumer, and the deliveries not yet acknowledged."""
+
+    __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session")
+
+    def __init__(self, session, sub_id, destination, ack, prefetch):
+        self.session = session
+        self.id = sub_id
+        self.destination = destination
+        self.ack = ack
+        self.prefetch = prefetch
+        self.consumer = None
+        self.unacked = collections.OrderedDict()   # ack id -> core delivery
+
+    def deliver(self, delivery):
+        """The core's target: write a MESSAGE frame for the delivery."""
+        session = self.session
+        ack_id = session.next_ack_id()
+        encoded = delivery.message.payload
+        headers, body = message_to_headers(encoded, delivery.delivery_count)
+        if not session.engine.message(self.id, self.destination, ack_id, headers, body,
+                                      ack_id=ack_id if self.ack != "auto" else None):
+            # The connection no longer takes messages: hand it back untouched.
+            if self.ack != "auto":
+                self.consumer.settle(delivery, RELEASED)
+            return
+        if self.ack == "auto":
+            # Settled on hand-over (at-most-once); keep the flow limit topped up.
+            if self.consumer.credit < self.prefetch // 2:
+                self.consumer.set_credit(self.prefetch)
+        else:
+            self.unacked[ack_id] = delivery
+            session.acks[ack_id] = self
+        session.request_flush()
+
+    def settle(self, ack_id, outcome, cumulative):
+        """Settle one delivery, or (C{cumulative}) every one up to it. Returns how many."""
+        if cumulative:
+            ids = []
+            for candidate in self.unacked:
+                ids.append(candidate)
+                if candidate == ack_id:
+                    break
+        else:
+            ids = [ack_id]
+        for one in ids:
+            delivery = self.unacked.pop(one)
+            self.session.acks.pop(one, None)
+            if outcome == MODIFIED:
+                self.consumer.settle(delivery, MODIFIED, delivery_failed=True)
+            else:
+                self.consumer.settle(delivery, outcome)
+        # Give back the credit the acknowledged messages held (the flow limit, S6.2).
+        self.consumer.set_credit(self.prefetch - len(self.unacked))
+        return len(ids)
+
+
+class StompBrokerSession:
+    """The broker side of one STOMP connection."""
+
+    log = Logger()
+
+    def __init__(self, engine, broker, authenticator, clock, config, request_flush,
+                 peer="?"):
+        self.engine = engine
+        self.broker = broker
+        self.authenticator = authenticator
+        self.clock = clock
+        self.config = config
+        self.request_flush = request_flush
+        self.peer = peer
+        self.principal = None
+        self.client_id = None
+        self.subscriptions = {}
+        self.acks = {}           # ack id -> subscription
+        self.transactions = {}   # transaction name -> [(kind, event)]
+        self._producers = {}
+        self._ack_ids = itertools.count(1)
+        self._session_id = f"mqgate-{next(_session_ids)}"
+
+    def next_ack_id(self):
+        return f"{self._session_id}-{next(self._ack_ids)}"
+
+    def handle(self, events):
+        """Act on a list of engine events, in order."""
+        for event in events:
+            if self.engine.finished:
+                return
+            try:
+                _DISPATCH[type(event)](self, event)
+            except ProtocolError as error:
+                self.engine.send_error(_message_of(error), error.description,
+                                       receipt_id=getattr(event, "receipt", None))
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _connect_requested(self, event):
+        self.client_id = _header(event.headers, "client-id") or event.login
+        if event.login is None:
+            d = self.authenticator.authenticate_anonymous()
+        else:
+            d = self.authenticator.authenticate(event.login, event.passcode or "")
+        d.addCallbacks(self._authenticated, self._not_authenticated)
+        d.addErrback(lambda f: self.log.failure("authentication outcome", f))
+
+    def _authenticated(self, principal):
+        if self.engine.finished:
+            return
+        self.principal = principal
+        self.handle(self.engine.accept(self._session_id))
+        self.request_flush()
+
+    def _not_authenticated(self, failure):
+        self.log.info("STOMP authentication failed from {peer}: {why}", peer=self.peer,
+                      why=failure.getErrorMessage())
+        if not self.engine.finished:
+            self.engine.refuse("authentication failed", failure.getErrorMessage())
+            self.request_flush()
+
+    def connection_lost(self):
+        """Unacknowledged messages go back to their queues, marked redelivered."""
+        subscriptions, self.subscriptions = self.subscriptions, {}
+        for subscription in subscriptions.values():
+            subscription.consumer.close()
+        for producer in self._producers.values():
+            producer.close()
+        self._producers = {}
+        self.acks = {}
+
+    def _receipt(self, event):
+        if event.receipt is not None:
+            self.engine.receipt(event.receipt)
+
+    # -- sending -------------------------------------------------------------------------
+
+    def _send(self, event):
+        if event.transaction is not None:
+            self._transaction(event.transaction).append((self._publish, event))
+        else:
+            self._publish(event)
+        self._receipt(event)
+
+    def _publish(self, event):
+        if len(event.body) > self.config.max_message_size:
+            raise _Error("message too large",
+                         f"a message of {len(event.body)} bytes exceeds the limit of "
+                         f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
+        data = frame_to_message(event.destination, event.headers, event.body)
+        encoded = parse_message(data)
+        header = encoded.header
+        props = encoded.properties
+        expiry = None
+        if header.ttl:
+            expiry = self.clock.seconds() + header.ttl / 1000.0
+        if props.absolute_expiry_time:
+            absolute = props.absolute_expiry_time / 1000.0
+            expiry = absolute if expiry is None else min(expiry, absolute)
+        message = BrokerMessage(
+            encoded, durable=bool(header.durable), priority=header.priority, expiry=expiry,
+            to=props.to, reply_to=props.reply_to, message_id=props.message_id,
+            correlation_id=props.correlation_id)
+        self._producer(event.destination).send(message)
+
+    def _producer(self, destination):
+        producer = self._producers.get(destination)
+        if producer is None:
+            if len(self._producers) >= 1024:
+                # Bounded: a client naming ever new destinations must not grow this.
+                self._producers.pop(next(iter(self._producers))).close()
+            producer = self._producers[destination] = self.broker.open_producer(destination)
+        return producer
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def _subscribe(self, event):
+        if event.id in self.subscriptions:
+            raise _Error("subscription id in use",
+                         f"this connection already has a subscription with id {event.id}")
+        prefetch = DEFAULT_PREFETCH
+        for name in _PREFETCH_HEADERS:
+            value = _header(event.headers, name)
+            if value is not None:
+                try:
+                    prefetch = int(value)
+                except ValueError:
+                    raise _Error("invalid header", f"{name}:{value} is not a number") \
+                        from None
+                if prefetch < 1:
+                    raise _Error("invalid header", f"{name} must be at least 1")
+                break
+        durable_name = None
+        for name in _DURABLE_HEADERS:
+            durable_name = durable_name or _header(event.headers, name)
+        if _header(event.headers, "selector"):
+            raise _Error("selectors are not supported yet",
+                         "this broker cannot filter a subscription by selector (S2.8)")
+        subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
+        subscription.consumer = self.broker.open_consumer(
+            event.destination, subscription, presettled=event.ack == "auto",
+            durable_name=durable_name, container_id=self.client_id)
+        self.subscriptions[event.id] = subscription
+        self._receipt(event)
+        subscription.consumer.set_credit(prefetch)
+
+    def _unsubscribe(self, event):
+        subscription = self.subscriptions.pop(event.id, None)
+        if subscription is None:
+            raise _Error("no such subscription",
+                         f"there is no subscription with id {event.id} to unsubscribe")
+        for ack_id in subscription.unacked:
+            self.acks.pop(ack_id, None)
+        subscription.consumer.close()
+        self._receipt(event)
+
+    def _ack(self, event):
+        self._settle(event, ACCEPTED)
+
+    def _nack(self, event):
+        self._settle(event, MODIFIED)
+
+    def _settle(self, event, outcome):
+        subscription = self.acks.get(event.id)
+        if subscription is None:
+            raise _Error("unknown message",
+                         f"no unacknowledged message with id {event.id} on this connection")
+        if event.transaction is not None:
+            self._transaction(event.transaction).append(
+                (lambda e: self._apply_settle(e, outcome), event))
+        else:
+            self._apply_settle(event, outcome)
+        self._receipt(event)
+
+    def _apply_settle(self, event, outcome):
+        subscription = self.acks.get(event.id)
+        if subscription is None:
+            return  # acknowledged meanwhile (a cumulative ack covered it)
+        subscription.settle(event.id, outcome, cumulative=subscription.ack == "client")
+
+    # -- transactions --------------------------------------------------------------------
+
+    def _transaction(self, name):
+        try:
+            return self.transactions[name]
+        except KeyError:
+            raise _Error("unknown transaction",
+                         f"transaction {name} was not begun on this connection") from None
+
+    def _begin(self, event):
+        if event.transaction in self.transactions:
+            raise _Error("transaction in use", f"transaction {event.transaction} "
+                         "is already open on this connection")
+        self.transactions[event.transaction] = []
+        self._receipt(event)
+
+    def _commit(self, event):
+        work = self._transaction(event.transaction)
+        del self.transactions[event.transaction]
+        for apply, original in work:
+            apply(original)
+        self._receipt(event)
+
+    def _abort(self, event):
+        self._transaction(event.transaction)
+        del self.transactions[event.transaction]
+        self._receipt(event)
+
+    def _disconnect(self, event):
+        self.transactions.clear()  # open transactions are rolled back (never committed)
+        self._receipt(event)      # with a receipt, the engine finishes once it is sent
+
+
+class _Error(ProtocolError):
+    """A frame the broker cannot act on: an ERROR frame with this message and detail."""
+
+    def __init__(self, message, detail):
+        super().__init__(detail, message)
+
+
+def _message_of(error):
+    return error.condition if isinstance(error, _Error) else \
+        f"{error.condition}: {error.description}"
+
+
+def _header(headers, name):
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+_DISPATCH = {
+    ConnectRequested: StompBrokerSession._connect_requested,
+    Send: StompBrokerSession._send,
+    Subscribe: StompBrokerSession._subscribe,
+    Unsubscribe: StompBrokerSession._unsubscribe,
+    Ack: StompBrokerSession._ack,
+    Nack: StompBrokerSession._nack,
+    Begin: StompBrokerSession._begin,
+    Commit: StompBrokerSession._commit,
+    Abort: StompBrokerSession._abort,
+    Disconnect: StompBrokerSession._disconnect,
+}

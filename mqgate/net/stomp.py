@@ -1,0 +1,35 @@
+"""
+STOMP connection services: the factory that gives L{EngineProtocol} a STOMP engine and
+its broker glue (S10.2).
+"""
+
+from mqgate import __version__
+from mqgate.glue.stomp import StompBrokerSession
+from mqgate.net.engine import EngineFactory
+from mqgate.stomp.connection import StompConnection
+
+__all__ = ["StompServerFactory"]
+
+
+class StompServerFactory(EngineFactory):
+    """Builds STOMP connections for one connection service."""
+
+    def __init__(self, *, broker, authenticator, clock, flusher, glue_config,
+                 setup_timeout, heartbeat=(10000, 10000)):
+        super().__init__(clock=clock, flusher=flusher, setup_timeout=setup_timeout)
+        self.broker = broker
+        self.authenticator = authenticator
+        self.glue_config = glue_config
+        self.heartbeat = heartbeat
+
+    def make_session(self, protocol):
+        engine = StompConnection(server=True, server_name=f"mqgate/{__version__}",
+                                 heartbeat=self.heartbeat)
+        glue = StompBrokerSession(engine, self.broker, self.authenticator, self.clock,
+                                  self.glue_config, protocol.request_flush,
+                                  peer=protocol.peer)
+        return engine, glue
+
+    def abandon(self, engine, why, description):
+        engine.send_error("server shutting down" if why == "shutdown" else "timeout",
+                          description)
