@@ -102,6 +102,10 @@ class EngineProtocol(Protocol):
             if engine.error is not None:
                 self.log.info("closing connection from {peer}: {error}", peer=self.peer,
                               error=engine.error)
+            # Nothing may follow our close (AMQP Part 2 section 2.7.9, a STOMP ERROR):
+            # let go of the consumers now, so deliveries go elsewhere instead of being
+            # written behind the close and counted as failed when the socket goes.
+            self.glue.connection_lost()
             self.transport.loseConnection()
 
     def connectionLost(self, reason):

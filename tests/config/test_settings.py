@@ -171,8 +171,8 @@ def test_unknown_key_reported_once():
     ("mqgate.destination.default_type", "fanout", "one of: queue, topic"),
     ("mqgate.message.max_size", "70x",
      "a size in bytes: a whole number, optionally followed by b, k, m or g (e.g. 70m)"),
-    ("mqgate.service.activelist", "jms,stomp",
-     "a comma-separated list of: jms, ssljms, httpjms, httpsjms, admin, ssladmin"),
+    ("mqgate.service.activelist", "jms,mqtt",
+     "a comma-separated list of: jms, ssljms, httpjms, httpsjms, admin, ssladmin, stomp"),
     ("mqgate.instancename", "my broker", "1 to 32 letters, digits or underscores"),
 ])
 def test_bad_value_from_file_names_key_value_allowed_and_line(key, value, allowed):
@@ -348,7 +348,8 @@ def test_shipped_file_parses_and_lists_every_key():
     assert settings.warnings == ()
     assert settings["mqgate.jms.tcp.port"] == 5672
     assert settings["mqgate.hostname"] == "127.0.0.1"
-    assert settings["mqgate.service.activelist"] == ("jms", "admin")
+    assert settings["mqgate.service.activelist"] == ("jms", "admin", "stomp")
+    assert settings["mqgate.stomp.tcp.port"] == 61613
 
 
 def test_shipped_file_is_the_current_rendering():
