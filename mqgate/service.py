@@ -22,7 +22,15 @@ from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.services import ConnectionService, endpoint_description
 from mqgate.net.stomp import StompServerFactory
+from mqgate.net.ping import PingService
+from mqgate.net.portmapper import PortMapperFactory
+from mqgate.net.services import ServiceRegistry
+from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
+from mqgate.portmap.table import render_table
+from mqgate.errors import ConfigError
+from mqgate.security.keytool import CERT_FILE, KEY_FILE
+from mqgate.security.passfile import find_password
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
@@ -32,7 +40,7 @@ __all__ = ["build_broker", "BrokerService"]
 log = Logger(namespace="mqgate")
 
 # The services this version can run; the others of S1.1 come with their issues.
-_RUNNABLE = ("jms", "admin", "stomp")
+_RUNNABLE = ("jms", "admin", "stomp", "ssljms", "ssladmin")
 
 
 class BrokerService(service.MultiService):
@@ -106,19 +114,70 @@ def build_broker(settings, reactor):
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
+    registry = ServiceRegistry()
+    _port_mapper(settings, reactor, registry).setServiceParent(top)
     shared = dict(settings=settings, broker=broker, authenticator=authenticator,
                   reactor=reactor, flusher=flusher)
+    services = []
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
             log.warn("service {name} is not available in this version; skipped", name=name)
             continue
+        kind, transport = SERVICES[name]
         host, port = settings.service_address(name)
         protocols = settings[f"mqgate.{name}.protocols"]
         factory = _service_factory(name, protocols, **shared)
-        ConnectionService(name, reactor, endpoint_description(host, port), factory,
-                          protocol_name="+".join(p.upper() for p in protocols)
-                          ).setServiceParent(top)
+        if transport == "tls":
+            endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name))
+        else:
+            endpoint = endpoint_description(host, port)
+        services.append(ConnectionService(
+            name, reactor, endpoint, factory,
+            protocol_name="+".join(p.upper() for p in protocols),
+            registry=registry, entry=(transport, kind)))
+        services[-1].setServiceParent(top)
+    PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     return top
+
+
+def _port_mapper(settings, reactor, registry):
+    """The port mapper (S1.3): always running, first in its own table (FACTS 1.1)."""
+    host, port = settings.portmapper_address()
+    instance = settings.instance
+
+    def table():
+        return render_table(instance, registry.entries())
+
+    return ConnectionService(
+        "portmapper", reactor,
+        endpoint_description(host, port, settings["mqgate.portmapper.backlog"]),
+        PortMapperFactory(table, reactor), protocol_name="port mapper",
+        registry=registry, entry=("tcp", "PORTMAPPER"))
+
+
+def _tls_context(settings, name):
+    """The TLS context of a tls service, from the keystore made by `mqgate keytool`."""
+    directory = settings.keystore_dir
+    key_path = os.path.join(directory, KEY_FILE)
+    cert_path = os.path.join(directory, CERT_FILE)
+    if not (os.path.exists(key_path) and os.path.exists(cert_path)):
+        raise ConfigError(f"mqgate.{name}", "tls",
+                          f"a key pair in {directory}: create one with `mqgate keytool "
+                          f"--varhome {settings.varhome} --instance {settings.instance}`")
+    try:
+        return load_context_factory(key_path, cert_path)
+    except TlsMaterialError:
+        password = find_password(settings, "mqgate.keystore.password",
+                                 f"Password of the TLS key {key_path}: ")
+        if password is None:
+            raise ConfigError("mqgate.keystore.password", "(not given)",
+                              "the key's password in the password file "
+                              "(mqgate.passfile.enabled=true) or typed at start-up") from None
+        try:
+            return load_context_factory(key_path, cert_path, password)
+        except TlsMaterialError as e:
+            raise ConfigError("mqgate.keystore.password", "(hidden)",
+                              f"the password of {key_path} ({e.reason})") from None
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,

@@ -44,7 +44,9 @@ def build(tmp_path, overrides=None, **kwargs):
 
 
 def children(top):
-    return {child.name: child for child in top}
+    """The connection services of the broker (the port mapper and ping aside)."""
+    return {child.name: child for child in top
+            if isinstance(child, ConnectionService) and child.name != "portmapper"}
 
 
 def amqp_factory(service):
@@ -70,7 +72,7 @@ def test_build_broker_returns_a_multiservice_with_jms_and_admin(tmp_path):
     assert sorted(services) == ["admin", "jms"]
     for service in services.values():
         assert isinstance(service, ConnectionService)
-        assert service.description == "tcp:port=0:interface=127.0.0.1"
+        assert service.endpoint == "tcp:port=0:interface=127.0.0.1"
 
 
 def test_jms_sniffs_amqp_and_stomp_while_admin_speaks_amqp_only(tmp_path):
@@ -99,7 +101,7 @@ def test_services_share_one_broker_core_and_flusher(tmp_path):
     """Every connection service routes into the same core and flushes through the
     same Flusher, so a message can cross from one service to another."""
     top, reactor, _events = build(tmp_path)
-    factories = [amqp_factory(s) for s in top]
+    factories = [amqp_factory(s) for s in children(top).values()]
     assert {id(f.broker) for f in factories} == {id(top.broker)}
     assert {id(f.flusher) for f in factories} == {id(top.flusher)}
     assert {id(f.authenticator) for f in factories} == {id(factories[0].authenticator)}
@@ -142,12 +144,14 @@ def test_start_listens_on_the_configured_interface_and_ports(tmp_path):
         top.startService()
     listened = {(port, interface): factory
                 for port, factory, _backlog, interface in reactor.tcpServers}
+    portmapper = [child for child in top if child.name == "portmapper"][0]
     assert listened == {(15672, "127.0.0.1"): services["jms"].factory,
-                        (15673, "127.0.0.2"): services["admin"].factory}
+                        (15673, "127.0.0.2"): services["admin"].factory,
+                        (7676, "127.0.0.1"): portmapper.factory}
     assert services["jms"].address is not None
-    assert all(s.running for s in top)
+    assert all(s.running for s in children(top).values())
     said = {e.get("name"): e.get("protocol") for e in events if "protocol" in e}
-    assert said == {"admin": "AMQP", "jms": "AMQP+STOMP"}
+    assert said == {"admin": "AMQP", "jms": "AMQP+STOMP", "portmapper": "port mapper"}
     assert len(reactor.whenRunningHooks) == 1  # "mqgate ready" once the reactor runs
 
 
@@ -157,6 +161,8 @@ def test_a_failed_listen_stops_the_reactor_with_a_critical_message(tmp_path):
 
     class Busy(MemoryReactorClock):
         def listenTCP(self, port, factory, backlog=50, interface=""):
+            if port != 0:  # the port mapper's 7676 is free; jms's port is not
+                return super().listenTCP(port, factory, backlog, interface)
             raise CannotListenError(interface, port, OSError(98, "Address in use"))
 
     reactor = Busy()
@@ -231,12 +237,12 @@ def test_existing_instance_directory_is_kept(tmp_path):
 
 
 def test_service_not_runnable_in_this_version_is_skipped_with_a_warning(tmp_path):
-    """A service in the active list that this version cannot run (ssljms) is skipped
+    """A service in the active list that this version cannot run (httpjms) is skipped
     with a warning; the others are built (S1.2)."""
     top, _reactor, events = build(
-        tmp_path, {"mqgate.service.activelist": "jms,ssljms,admin"})
+        tmp_path, {"mqgate.service.activelist": "jms,httpjms,admin"})
     assert sorted(children(top)) == ["admin", "jms"]
-    skipped = [e for e in warnings(events) if e.get("name") == "ssljms"]
+    skipped = [e for e in warnings(events) if e.get("name") == "httpjms"]
     assert len(skipped) == 1
     assert "not available" in skipped[0]["log_format"]
 

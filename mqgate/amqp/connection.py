@@ -202,6 +202,11 @@ class Connection:
             deadlines.append(self._last_tx + interval)
         return min(deadlines) if deadlines else None
 
+    def ping(self):
+        """Write an empty frame (section 2.4.5): harmless to the peer, a probe for us."""
+        if self.state in (ConnectionState.OPENED, ConnectionState.OPEN_SENT):
+            self._write(EMPTY_FRAME)
+
     @property
     def ready(self):
         """True once the peer's open arrived: its idle timeout is known (section 2.4.5)."""

@@ -359,6 +359,20 @@ KEYS = (
         "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
     Key("mqgate.authentication.client.response.timeout", Seconds(0), "180",
         "Seconds a client has to answer an authentication challenge."),
+    # -- connection services: ping, TLS material, password file (S1.7, S1.8, S4.6) --
+    Key("mqgate.ping.interval", Int(-1, 86400), "120",
+        "Seconds between probes of every connection (an AMQP empty frame, a STOMP "
+        "heart-beat); 0 or -1 disables (S1.7)."),
+    Key("mqgate.keystore.file.dirpath", Text(), "",
+        "Directory of the TLS key pair (key.pem, cert.pem) made by `mqgate keytool`; "
+        "empty means VARHOME/instances/NAME/etc/keystore (S1.8)."),
+    Key("mqgate.passfile.enabled", Bool(), "false",
+        "Read passwords (mqgate.keystore.password ...) from the password file instead of "
+        "asking for them (S4.6)."),
+    Key("mqgate.passfile.dirpath", Text(), "",
+        "Directory of the password file; empty means VARHOME/instances/NAME/etc (S4.6)."),
+    Key("mqgate.passfile.name", Text(), "passfile",
+        "File name of the password file (S4.6)."),
 )
 
 

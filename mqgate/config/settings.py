@@ -178,6 +178,18 @@ class Settings:
                      or os.path.join(self.instance_dir, "etc"))
         return os.path.join(directory, self["mqgate.user_repository.file.filename"])
 
+    @property
+    def keystore_dir(self):
+        """Where the TLS key pair lives (S1.8)."""
+        return (self["mqgate.keystore.file.dirpath"]
+                or os.path.join(self.instance_dir, "etc", "keystore"))
+
+    @property
+    def passfile_path(self):
+        """The password file (S4.6), whether or not it is enabled."""
+        directory = self["mqgate.passfile.dirpath"] or os.path.join(self.instance_dir, "etc")
+        return os.path.join(directory, self["mqgate.passfile.name"])
+
     def service_address(self, service):
         """Return ``(bind_address, port)`` of a socket service (S1.4, S1.5).
 

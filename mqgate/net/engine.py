@@ -116,6 +116,12 @@ class EngineProtocol(Protocol):
             self.engine.connection_lost()
             self.glue.connection_lost()
 
+    def ping(self):
+        """Probe the peer (S1.7): a write to a vanished peer fails and ends the connection."""
+        if self.engine is not None and not self.engine.finished and self.engine.ready:
+            self.engine.ping()
+            self.flush()
+
     def shutdown(self, description="the broker is shutting down"):
         """Say goodbye in the protocol's own words (S0.4) and drop the transport."""
         if self.engine is not None and not self.engine.finished:

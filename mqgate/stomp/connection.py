@@ -185,6 +185,13 @@ class StompConnection:
             deadlines.append(self._last_tx + half)
         return min(deadlines) if deadlines else None
 
+    def ping(self):
+        """Write a heart-beat EOL (S1.7 probe). STOMP 1.0 has no heart-beats, so a 1.0
+        client gets nothing; 1.1 and 1.2 allow EOLs between frames at any time."""
+        if self.state is _S.CONNECTED and self.version != "1.0":
+            self._out.append(b"\n")
+            self._tx = True
+
     @property
     def ready(self):
         """True once CONNECTED was sent: the heart-beats are agreed (the adapter then

@@ -1,0 +1,1 @@
+"""Administration: the `mqgate` command line (and, later, admin request handlers)."""

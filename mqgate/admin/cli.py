@@ -1,0 +1,106 @@
+"""
+The ``mqgate`` command: tools an operator runs beside the broker.
+
+    mqgate keytool     create the TLS key pair and self-signed certificate (S1.8)
+
+Each tool reads the same configuration as the broker (``--config``, ``--varhome``,
+``--instance``, ``-D key=value``), so it finds the same instance directory.
+"""
+
+import argparse
+import getpass
+import sys
+
+from mqgate.config import read_settings
+from mqgate.errors import ConfigError
+from mqgate.security.keytool import create_keystore
+from mqgate.security.passfile import find_password
+from mqgate.tap import default_config_path
+
+__all__ = ["main"]
+
+
+def _common(parser):
+    parser.add_argument("-c", "--config", default=default_config_path(),
+                        help="broker configuration file (default: the checkout's "
+                             "etc/mqgate.properties, if any)")
+    parser.add_argument("--varhome", default="./var",
+                        help="directory holding instances/NAME (default ./var)")
+    parser.add_argument("-n", "--instance", default=None,
+                        help="broker instance name (default from the configuration)")
+    parser.add_argument("-D", dest="defines", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a configuration key")
+
+
+def _settings(args):
+    overrides = {}
+    for text in args.defines:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ConfigError("-D", text, "key=value")
+        overrides[key] = value
+    if args.config:
+        return read_settings(args.config, overrides, instance=args.instance,
+                             varhome=args.varhome)
+    from mqgate.config import Settings
+    return Settings.from_properties([], overrides, instance=args.instance,
+                                    varhome=args.varhome)
+
+
+def _keystore_password(settings, args):
+    if args.nopassword:
+        return None
+    password = find_password(settings, "mqgate.keystore.password")
+    if password is not None:
+        return password
+    if not sys.stdin.isatty():
+        raise ConfigError("mqgate.keystore.password", "(not given)",
+                          "a password in the password file (mqgate.passfile.enabled=true), "
+                          "typed at a terminal, or --nopassword for an unencrypted key")
+    first = getpass.getpass("Password for the new TLS key: ")
+    if first != getpass.getpass("Repeat the password: "):
+        raise ConfigError("password", "(hidden)", "the same password typed twice")
+    return first or None
+
+
+def keytool(args):
+    settings = _settings(args)
+    password = _keystore_password(settings, args)
+    key_path, cert_path = create_keystore(
+        settings.keystore_dir, hostname=args.hostname, days=args.days, password=password,
+        overwrite=args.force)
+    print(f"created {key_path} (private key, owner-only"
+          f"{', encrypted' if password else ''}) and {cert_path} "
+          f"(self-signed certificate for {args.hostname}, {args.days} days)")
+    print("the ssljms and ssladmin services use them; add them to "
+          "mqgate.service.activelist to start them")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mqgate", description="Tools for the mqgate message broker.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    kt = commands.add_parser(
+        "keytool", help="create the TLS key pair and self-signed certificate (S1.8)",
+        description="Create the key pair and self-signed certificate that the TLS "
+                    "services (ssljms, ssladmin) present. The key's password comes from "
+                    "the password file (mqgate.passfile.enabled) or is asked for.")
+    _common(kt)
+    kt.add_argument("--hostname", default="localhost",
+                    help="host name (or IP) the certificate is for (default localhost)")
+    kt.add_argument("--days", type=int, default=3650, help="validity in days (3650)")
+    kt.add_argument("--nopassword", action="store_true",
+                    help="leave the private key unencrypted (protected by file mode only)")
+    kt.add_argument("--force", action="store_true", help="replace an existing key pair")
+    kt.set_defaults(run=keytool)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ConfigError, FileExistsError, ValueError) as e:
+        print(f"mqgate {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
