@@ -1,7 +1,9 @@
 """Run every benchmark scenario in sequence: `make bench` (ARCHITECTURE.md, Tests).
 
 First the scripts that need no broker (bench/core_bench.py: the core alone, in
-process), then the AMQP scenarios of bench/amqp_throughput.py, each on a new broker.
+process), then the AMQP queue scenarios of bench/amqp_throughput.py, the AMQP fan-out
+of bench/fanout.py, the STOMP queue scenarios of bench/stomp_throughput.py and the
+STOMP fan-out, each on a new broker.
 Every scenario prints one JSON line to stdout; the lines are
 also appended to ``bench/results/<UTC time>.jsonl`` (ignored by git) so that runs can
 be compared later. The exit code is 1 if any scenario failed; a failed scenario's
@@ -9,9 +11,14 @@ line carries an ``"error"`` field instead of numbers, and the next one still run
 
     python bench/run.py                    # 200,000 messages of 256 bytes each
     python bench/run.py --messages 20000   # a quick run
+    python bench/run.py --only stomp-queue-client --only 'amqp-*'
+
+``--messages`` counts messages received: a fan-out to ten consumers publishes a tenth
+of it, so that every scenario moves the same number (see bench/fanout.py).
 """
 
 import argparse
+import fnmatch
 import json
 import subprocess
 import sys
@@ -22,13 +29,32 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import amqp_throughput  # noqa: E402
+import fanout  # noqa: E402
+import stomp_throughput  # noqa: E402
 
-#: (module, scenario) in the order they run; each module has scenario_line().
-SCENARIOS = [(amqp_throughput, mode) for mode in amqp_throughput.SCENARIOS]
+
+def _amqp(options):
+    return options
+
+
+#: (scenario name, module, mode, the module's options from run.py's) in the order
+#: they run; each module has scenario_line(options, mode).
+SCENARIOS = (
+    [(f"amqp-queue-{mode}", amqp_throughput, mode, _amqp)
+     for mode in amqp_throughput.SCENARIOS]
+    + [(fanout.scenario_name("amqp", fanout.DEFAULT_CONSUMERS), fanout, "amqp",
+        fanout.options_from)]
+    + [(f"stomp-queue-{mode}", stomp_throughput, mode, stomp_throughput.options_from)
+       for mode in stomp_throughput.SCENARIOS]
+    + [(fanout.scenario_name("stomp", fanout.DEFAULT_CONSUMERS), fanout, "stomp",
+        fanout.options_from)]
+)
 
 #: Benchmarks that run as their own script and print their own JSON lines; they
 #: take ``--messages`` and are given this run's value. Run first: they need no broker.
 SCRIPTS = ["core_bench.py"]
+#: The name ``--only`` selects each script by (it prints several scenarios).
+SCRIPT_NAMES = {"core_bench.py": "core"}
 #: A script gets this long before it counts as hung.
 SCRIPT_TIMEOUT = 900
 
@@ -43,7 +69,29 @@ def parse_args(argv):
                         help="directory for the .jsonl record (default bench/results)")
     parser.add_argument("--no-save", action="store_true",
                         help="print only, write no results file")
-    return parser.parse_args(argv)
+    parser.add_argument("--stomp-url", default=None,
+                        help="run the STOMP scenarios on the broker at stomp://HOST:PORT")
+    parser.add_argument("--only", action="append", default=[], metavar="SCENARIO",
+                        help="run only this scenario (repeatable, comma-separated, "
+                             "shell wildcards; 'core' is bench/core_bench.py): "
+                             + ", ".join(_known_names()))
+    options = parser.parse_args(argv)
+    options.only = [name for text in options.only for name in text.split(",") if name]
+    unknown = [name for name in options.only
+               if not any(fnmatch.fnmatchcase(known, name) for known in _known_names())]
+    if unknown:
+        parser.error(f"no scenario matches {', '.join(unknown)}; known: "
+                     + ", ".join(_known_names()))
+    return options
+
+
+def _known_names():
+    return list(SCRIPT_NAMES.values()) + [entry[0] for entry in SCENARIOS]
+
+
+def _selected(name, options):
+    return not options.only or any(fnmatch.fnmatchcase(name, pattern)
+                                   for pattern in options.only)
 
 
 def main(argv=None):
@@ -53,14 +101,18 @@ def main(argv=None):
         options.results.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         record = options.results / f"{stamp}.jsonl"
-    lines = []
+    failed = False
     for script in SCRIPTS:
+        if not _selected(SCRIPT_NAMES[script], options):
+            continue
         lines = run_script(script, options)
         for line in lines:
             _publish(line, record)
-    failed = any("error" in line for line in lines)
-    for module, mode in SCENARIOS:
-        line = module.scenario_line(options, mode)
+        failed = failed or any("error" in line for line in lines)
+    for name, module, mode, options_for in SCENARIOS:
+        if not _selected(name, options):
+            continue
+        line = module.scenario_line(options_for(options), mode)
         failed = failed or "error" in line
         _publish(line, record)
     return 1 if failed else 0

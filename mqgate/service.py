@@ -20,6 +20,7 @@ from mqgate.glue.amqp import GlueConfig
 from mqgate import sniff
 from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.amqp import AmqpServerFactory, Flusher
+from mqgate.net.pool import ServicePool
 from mqgate.net.services import ConnectionService, endpoint_description
 from mqgate.net.stomp import StompServerFactory
 from mqgate.net.ping import PingService
@@ -52,6 +53,7 @@ class BrokerService(service.MultiService):
         self.broker = broker
         self.flusher = flusher
         self._reactor = reactor
+        self.pools = {}   # service name -> its ServicePool (S1.6), for admin and metrics
 
     def startService(self):
         log.info("mqgate {version} starting: instance {instance}, data in {home}",
@@ -77,6 +79,8 @@ class BrokerService(service.MultiService):
 
         def stopped(result):
             self.flusher.stop()
+            for pool in self.pools.values():
+                pool.stop()
             log.info("mqgate stopped")
             return result
 
@@ -127,6 +131,7 @@ def build_broker(settings, reactor):
         host, port = settings.service_address(name)
         protocols = settings[f"mqgate.{name}.protocols"]
         factory = _service_factory(name, protocols, **shared)
+        _attach_pool(top, name, factory, settings, reactor)
         if transport == "tls":
             endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name))
         else:
@@ -161,9 +166,10 @@ def _tls_context(settings, name):
     key_path = os.path.join(directory, KEY_FILE)
     cert_path = os.path.join(directory, CERT_FILE)
     if not (os.path.exists(key_path) and os.path.exists(cert_path)):
-        raise ConfigError(f"mqgate.{name}", "tls",
-                          f"a key pair in {directory}: create one with `mqgate keytool "
-                          f"--varhome {settings.varhome} --instance {settings.instance}`")
+        raise ConfigError("mqgate.service.activelist", name,
+                          f"a TLS service only with a key pair in {directory}: create one "
+                          f"with `mqgate keytool --varhome {settings.varhome} --instance "
+                          f"{settings.instance}`")
     try:
         return load_context_factory(key_path, cert_path)
     except TlsMaterialError:
@@ -178,6 +184,14 @@ def _tls_context(settings, name):
         except TlsMaterialError as e:
             raise ConfigError("mqgate.keystore.password", "(hidden)",
                               f"the password of {key_path} ({e.reason})") from None
+
+
+def _attach_pool(top, name, factory, settings, reactor):
+    """Give every protocol factory of service C{name} the service's one thread pool
+    (S1.6): AMQP and STOMP on one port share its workers."""
+    pool = top.pools[name] = ServicePool.from_settings(name, settings, reactor)
+    for inner in getattr(factory, "factories", {}).values() or (factory,):
+        inner.pool = pool
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,

@@ -156,4 +156,9 @@ def makeService(options):
     settings = options["settings"]
     for warning in settings.warnings:
         _log.warn("{warning}", warning=warning)
-    return build_broker(settings, reactor)
+    try:
+        return build_broker(settings, reactor)
+    except ConfigError as e:
+        # What only building the broker can find out (TLS material, its password) is a
+        # configuration error too: one line that says what to do, not a traceback.
+        raise SystemExit(f"mqgate: {e}") from None
