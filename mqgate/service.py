@@ -211,9 +211,10 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
                 admin_only=(kind == "ADMIN"), service=name))
         factories[sniff.AMQP] = factories[sniff.AMQP_SASL] = amqp
     if "stomp" in protocols and kind == "NORMAL":
+        heartbeat = settings["mqgate.stomp.heartbeat"]
         factories[sniff.STOMP] = StompServerFactory(
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
-            setup_timeout=setup_timeout,
+            setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat),
             glue_config=StompGlueConfig(max_message_size=settings["mqgate.message.max_size"]))
     distinct = set(factories.values())
     if len(distinct) == 1:

@@ -20,7 +20,8 @@ from mqgate.amqp.codec import DecodeError
 from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
 
-__all__ = ["EncodedMessage", "parse_message", "encode_message", "Header", "Properties"]
+__all__ = ["EncodedMessage", "parse_message", "build_message", "encode_message", "Header",
+           "Properties"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
@@ -225,9 +226,12 @@ def parse_message(data):
     return EncodedMessage(data, header, properties, bare_start, annotations, app_span, pristine)
 
 
-def encode_message(body=None, *, header=None, message_annotations=None, properties=None,
-                   application_properties=None, body_type=None):
-    """Build the bytes of a message (used by the STOMP mapping, tools and tests).
+def build_message(body=None, *, header=None, message_annotations=None, properties=None,
+                  application_properties=None, body_type=None):
+    """Encode a message and return it as an L{EncodedMessage}, spans already known.
+
+    Used where the broker makes a message itself (the STOMP mapping): nothing needs
+    parsing back.
 
     @param body: bytes become one data section; anything else an amqp-value, unless
         C{body_type} names the section code to use.
@@ -235,16 +239,32 @@ def encode_message(body=None, *, header=None, message_annotations=None, properti
     out = bytearray()
     if header is not None:
         header.encode(out)
+    annotations = app_span = None
     if message_annotations:
+        start = len(out)
         out += b"\x00\x53\x72"
         codec.encode_value(out, message_annotations)
+        annotations = (start, len(out))
+    bare_start = len(out)
     if properties is not None:
         properties.encode(out)
     if application_properties:
+        start = len(out)
         out += b"\x00\x53\x74"
         codec.encode_value(out, application_properties)
+        app_span = (start, len(out))
     if body_type is None:
         body_type = DATA if isinstance(body, (bytes, bytearray, memoryview)) else AMQP_VALUE
     if body is not None or body_type == AMQP_VALUE:
         codec.encode_value(out, Described(body_type, body))
-    return bytes(out)
+    message = EncodedMessage(bytes(out), header or _DEFAULT_HEADER,
+                             properties or _DEFAULT_PROPERTIES, bare_start, annotations,
+                             app_span, True)
+    if application_properties:
+        message._app_properties = dict(application_properties)
+    return message
+
+
+def encode_message(body=None, **sections):
+    """The bytes of a message (tools and tests); see L{build_message} for the arguments."""
+    return build_message(body, **sections).data

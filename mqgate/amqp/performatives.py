@@ -41,16 +41,8 @@ class Composite:
     NAME = None
     FIELDS = ()
 
-    def __init__(self, *args, **kwargs):
-        fields = self.FIELDS
-        for i, (name, _type, default) in enumerate(fields):
-            if i < len(args):
-                value = args[i]
-            else:
-                value = kwargs.pop(name, default)
-            object.__setattr__(self, name, value)
-        if kwargs:
-            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(kwargs)}")
+    # __init__(field=default, ...) is generated per class (see _init_source): the
+    # fields in table order, positional or by name.
 
     def __eq__(self, other):
         if type(other) is not type(self):
@@ -140,6 +132,14 @@ _CHECKS = {
 }
 
 
+def _init_source(fields):
+    """Python source of an C{__init__} taking the fields in table order, with defaults."""
+    params = ", ".join(f"{name}=D[{i}]" for i, (name, _t, _d) in enumerate(fields))
+    lines = [f"def __init__(self{', ' if params else ''}{params}):"]
+    lines += [f"    self.{name} = {name}" for name, _t, _d in fields] or ["    pass"]
+    return "\n".join(lines)
+
+
 def _reader_source(fields):
     """Python source of a C{from_fields} specialised to one field table.
 
@@ -191,10 +191,11 @@ def _composite(name, code, symbolic, fields, doc):
     namespace = {"DecodeError": DecodeError, "Symbol": Symbol, "_convert": _convert,
                  "_symbols": _symbols, "_bad": _bad, "D": tuple(f[2] for f in fields)}
     exec(_reader_source(fields), namespace)  # noqa: S102 - our own generated source
+    exec(_init_source(fields), namespace)  # noqa: S102
     cls = type(name, (Composite,), {
         "__slots__": names, "__doc__": doc, "CODE": code, "NAME": symbolic,
         "FIELDS": tuple(fields), "_WRITERS": writers,
-        "_PREFIX": bytes((0x00, 0x53, code)),
+        "_PREFIX": bytes((0x00, 0x53, code)), "__init__": namespace["__init__"],
     })
     namespace["_new"] = cls.__new__
     cls.from_fields = classmethod(namespace["from_fields"])

@@ -327,6 +327,26 @@ KEYS = (
     Key("mqgate.service.activelist", TextList(tuple(SERVICES)), "jms,admin",
         "Services started at start-up (S1.2)."),
     *_service_rows(),
+    # -- thread pools (S1.6; defaults of FACTS 1.7, the stomp service takes jms's) ----
+    *(row for service, low, high in (("jms", 10, 1000), ("admin", 4, 10),
+                                     ("ssljms", 10, 500), ("ssladmin", 4, 10),
+                                     ("stomp", 10, 1000))
+      for row in (
+          Key(f"mqgate.{service}.threadpool_model", Choice(("dedicated", "shared")),
+              "dedicated",
+              f"Thread-pool model of the {service} service: dedicated (each connection "
+              "holds two workers, and its input is processed as it arrives) or shared "
+              "(distributors process the input of many connections in turns) (S1.6)."),
+          Key(f"mqgate.{service}.min_threads", Int(0, 100000), str(low),
+              f"Workers the {service} service keeps even when idle (S1.6)."),
+          Key(f"mqgate.{service}.max_threads", Int(1, 100000), str(high),
+              f"Most workers of the {service} service; dedicated admits max_threads/2 "
+              "connections, shared max_threads distributors of "
+              "mqgate.shared.connectionMonitor_limit connections; beyond that a "
+              "connection is refused with an error (S1.6)."))),
+    Key("mqgate.shared.connectionMonitor_limit", Int(-1, 1000000), "512",
+        "Connections one distributor of a shared thread pool watches; -1 means no "
+        "limit (S1.6)."),
     Key("mqgate.portmapper.port", _PORT, "7676",
         "Port of the port mapper (S1.3)."),
     Key("mqgate.portmapper.hostname", Text(), "",
@@ -349,6 +369,9 @@ KEYS = (
         "Link credit granted to a producer, topped up when half is used (S2.7)."),
     Key("mqgate.amqp.channel_max", Int(0, 65535), "255",
         "Highest AMQP channel (session) number a connection may use."),
+    Key("mqgate.stomp.heartbeat", Int(0, 3600000), "10000",
+        "Milliseconds between the broker's STOMP heart-beats, and the interval it asks of "
+        "clients (each side uses the larger of the two offers); 0 disables (S10.2)."),
     Key("mqgate.authentication.basic.user_repository", Choice(("file", "ldap")), "file",
         "Where user names and passwords are checked (S4)."),
     Key("mqgate.user_repository.file.dirpath", Text(), "",

@@ -109,8 +109,17 @@ class AmqpBrokerSession:
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
-        for event in events:
-            _DISPATCH[type(event)](self, event)
+        try:
+            for event in events:
+                _DISPATCH[type(event)](self, event)
+        except Exception:
+            # A bug of ours must not take the broker down or leave the peer guessing
+            # (S10.4): log it, and close this connection with a condition that says so.
+            self.log.failure("internal error handling a frame from {peer}", peer=self.peer)
+            if not self.engine.finished:
+                self.engine.close(c.INTERNAL_ERROR,
+                                  "the broker failed to process a frame; see its log")
+                self.engine.finished = True
 
     # -- connection ----------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ import itertools
 
 from twisted.logger import Logger
 
-from mqgate.amqp.message import parse_message
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.message import BrokerMessage
 from mqgate.errors import ProtocolError
@@ -143,6 +142,14 @@ class StompBrokerSession:
             except ProtocolError as error:
                 self.engine.send_error(_message_of(error), error.description,
                                        receipt_id=getattr(event, "receipt", None))
+            except Exception:
+                # A bug of ours must not take the broker down or leave the client
+                # guessing (S10.4): log it, and say so in an ERROR frame.
+                self.log.failure("internal error handling a frame from {peer}",
+                                 peer=self.peer)
+                self.engine.send_error("internal error",
+                                       "the broker failed to process this frame; see its log",
+                                       receipt_id=getattr(event, "receipt", None))
 
     # -- connection ----------------------------------------------------------------------
 
@@ -197,8 +204,7 @@ class StompBrokerSession:
             raise _Error("message too large",
                          f"a message of {len(event.body)} bytes exceeds the limit of "
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
-        data = frame_to_message(event.destination, event.headers, event.body)
-        encoded = parse_message(data)
+        encoded = frame_to_message(event.destination, event.headers, event.body)
         header = encoded.header
         props = encoded.properties
         expiry = None

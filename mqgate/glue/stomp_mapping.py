@@ -29,7 +29,7 @@ import json
 import uuid
 
 from mqgate.amqp.message import (
-    AMQP_SEQUENCE, AMQP_VALUE, DATA, Header, Properties, encode_message, parse_message,
+    AMQP_SEQUENCE, AMQP_VALUE, DATA, Header, Properties, build_message,
 )
 from mqgate.amqp.types import Described, Symbol, Timestamp, UInt, UByte
 from mqgate.errors import ProtocolError
@@ -63,11 +63,20 @@ def _int_header(name, value, low, high):
     return number
 
 
+def _content_type(value):
+    """AMQP carries the content-type as a symbol, which is ASCII (Part 3 3.2.4)."""
+    if value is None:
+        return None
+    if not value.isascii():
+        raise MappingError(f"header content-type:{value} is not ASCII; AMQP cannot carry it")
+    return Symbol(value)
+
+
 def frame_to_message(destination, headers, body):
-    """The AMQP bytes of a STOMP SEND.
+    """The AMQP message of a STOMP SEND.
 
     @param headers: the frame's headers, C{[(name, value), ...]}, first occurrence wins.
-    @return: the encoded message (parse it with L{parse_message} to route it).
+    @return: an L{EncodedMessage} (its bytes and routing fields).
     @raise MappingError: a mapped header has a value AMQP cannot take.
     """
     seen = {}
@@ -91,11 +100,11 @@ def frame_to_message(destination, headers, body):
     properties = Properties(
         message_id=seen.get("message-id"), to=destination, subject=seen.get("subject"),
         reply_to=seen.get("reply-to"), correlation_id=seen.get("correlation-id"),
-        content_type=Symbol(seen["content-type"]) if "content-type" in seen else None,
+        content_type=_content_type(seen.get("content-type")),
         absolute_expiry_time=Timestamp(_int_header("expires", expires, 0, 2**62))
         if expires and expires != "0" else None)
-    return encode_message(bytes(body), header=header, properties=properties,
-                          application_properties=app or None)
+    return build_message(bytes(body), header=header, properties=properties,
+                         application_properties=app or None)
 
 
 def _text(value):
@@ -181,5 +190,3 @@ def message_to_headers(encoded, delivery_count=0):
             headers.append((name, _text(value)))
     return headers, body
 
-
-_ = parse_message  # re-exported for the glue's convenience

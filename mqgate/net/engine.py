@@ -11,10 +11,15 @@ The glue calls: C{request_flush} (through the factory's L{Flusher}) when output 
 produced outside C{dataReceived}: an authentication result, or deliveries routed here
 from another connection's producer.
 The factory calls: C{shutdown} when the broker stops.
+The service's thread pool (L{mqgate.net.pool}, S1.6), when the factory has one, admits
+or refuses each connection and decides when its bytes are processed: C{process_inbound},
+C{pause_inbound}, C{resume_inbound}.
 """
 
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+
+from mqgate.net.pool import RefusalGate
 
 __all__ = ["EngineProtocol", "EngineFactory", "Flusher"]
 
@@ -62,6 +67,8 @@ class EngineProtocol(Protocol):
         self._tick_call = None
         self._awaiting_ready = True
         self._setup_deadline = None
+        self._lane = None       # the pool's way in for our bytes (S1.6); None: direct
+        self.refused = None     # why the pool had no room for us, or None
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -70,13 +77,52 @@ class EngineProtocol(Protocol):
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self.engine, self.glue = factory.make_session(self)
         factory.connections.add(self)
+        self._join_pool()
         self._setup_deadline = factory.clock.seconds() + factory.setup_timeout
         self._schedule_tick(self._setup_deadline)
 
     def dataReceived(self, data):
-        """Bytes from the peer: through the engine to the glue, then write the answer."""
+        """Bytes from the peer: now (dedicated) or in the distributor's turn (shared)."""
+        if self._lane is not None:
+            self._lane.received(data)
+        else:
+            self.process_inbound(data)
+
+    def process_inbound(self, data):
+        """Through the engine to the glue, then write the answer."""
         self.glue.handle(self.engine.receive_data(data))
         self.flush()
+
+    def pause_inbound(self):
+        """Stop reading the socket (the pool's back-pressure, S1.6)."""
+        self.transport.pauseProducing()
+
+    def resume_inbound(self):
+        """Read the socket again."""
+        self.transport.resumeProducing()
+
+    # -- the service's thread pool (S1.6) ------------------------------------------------
+
+    def _join_pool(self):
+        pool = self.factory.pool
+        if pool is None:
+            return
+        self._lane = pool.admit(self)
+        if self._lane is None:
+            self.refused = pool.refusal_description()
+            self.log.info("connection from {peer} refused: {why}", peer=self.peer,
+                          why=self.refused)
+            # The refusal is said in the protocol's words once the engine can speak;
+            # until then (an AMQP login) the connection goes on as usual.
+            self.glue.handle = RefusalGate(self.glue.handle, self._say_refused)
+
+    def _say_refused(self):
+        self.factory.abandon(self.engine, "capacity", self.refused)
+
+    def _leave_pool(self):
+        lane, self._lane = self._lane, None
+        if lane is not None:
+            lane.release()
 
     def request_flush(self):
         """Ask for a flush in the next reactor turn (output made outside dataReceived)."""
@@ -112,6 +158,7 @@ class EngineProtocol(Protocol):
         """The transport is gone: everything unsettled goes back to its queue."""
         self.factory.connections.discard(self)
         self._cancel_tick()
+        self._leave_pool()  # processes what was received and not yet processed
         if self.engine is not None:
             self.engine.connection_lost()
             self.glue.connection_lost()
@@ -162,9 +209,13 @@ class EngineFactory(Factory):
     """What every engine-driven service shares; subclasses say which engine and glue.
 
     @ivar connections: the live protocols, so shutdown can close each properly.
+    @ivar pool: the service's L{mqgate.net.pool.ServicePool} (S1.6), or None: every
+        connection admitted, its bytes processed as they arrive. Several factories of
+        one service (AMQP and STOMP on one port) share the service's pool.
     """
 
     protocol = EngineProtocol
+    pool = None
     noisy = False  # ConnectionService logs one line per service; per-connection is noise
 
     def __init__(self, *, clock, flusher, setup_timeout):
@@ -181,7 +232,8 @@ class EngineFactory(Factory):
         raise NotImplementedError
 
     def abandon(self, engine, why, description):
-        """Make the engine say goodbye (C{why}: "shutdown" or "setup-timeout")."""
+        """Make the engine say goodbye (C{why}: "shutdown", "setup-timeout" or
+        "capacity": the pool is full, S1.6)."""
         raise NotImplementedError
 
     def shutdown(self):

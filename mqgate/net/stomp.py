@@ -31,5 +31,6 @@ class StompServerFactory(EngineFactory):
         return engine, glue
 
     def abandon(self, engine, why, description):
-        engine.send_error("server shutting down" if why == "shutdown" else "timeout",
-                          description)
+        message = {"shutdown": "server shutting down",
+                   "capacity": "resource limit exceeded"}.get(why, "timeout")
+        engine.send_error(message, description)
