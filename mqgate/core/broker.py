@@ -18,12 +18,13 @@ from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
 from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
 from mqgate.core.message import BrokerMessage
+from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.errors import ConfigError, LocalProtocolError
 
 __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
     "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "NotAllowed", "NotFound",
-    "Producer",
+    "Producer", "SelectorError",
 ]
 
 # Anonymous producers resolve message.to through a cache; bounded so that a client
@@ -146,13 +147,20 @@ class Broker:
         C{(container_id, durable_name)}, and reattaching with the same pair resumes it
         with its backlog. C{dynamic=True} makes a temporary queue (a temporary topic
         when the capabilities say C{temporary-topic} or C{topic}) with a unique name,
-        deleted when this consumer closes. C{selector} is accepted and not yet applied
-        (S2.8).
+        deleted when this consumer closes.
 
+        C{selector} (S2.8; text, a compiled L{Selector}, or C{None}; blank text means
+        none) limits what the consumer receives: on a queue, messages it refuses stay
+        for the other consumers; on a topic, they are never enqueued on its
+        subscription. A durable subscription reattached with another selector is
+        replaced, backlog and all (JMS).
+
+        @raise SelectorError: the selector does not compile (nothing was created).
         @raise NotFound: the destination does not exist and may not be created.
         @raise NotAllowed: the durable subscription already has a consumer.
         @raise AddressError: the address names nothing.
         """
+        selector = _compiled(selector)
         temporary = None
         if dynamic:
             kind = TOPIC if _wants_topic(capabilities) else QUEUE
@@ -166,9 +174,10 @@ class Broker:
             if temporary is None and not is_pattern(name):
                 self._destination(TOPIC, name)
             if durable_name is not None and temporary is None:
-                queue = self._durable_subscription(container_id, durable_name, name)
+                queue = self._durable_subscription(container_id, durable_name, name,
+                                                   selector)
             else:
-                queue = self._subscription(name)
+                queue = self._subscription(name, selector)
         consumer = Consumer(
             canonical(kind, name), queue, target, presettled=presettled,
             selector=selector,
@@ -302,25 +311,25 @@ class Broker:
             if name not in self._queues and name not in self._topics:
                 return name
 
-    def _subscription(self, pattern):
+    def _subscription(self, pattern, selector):
         name = f"mqgate.sub.{next(self._subscription_ids)}"
-        queue = Queue(name, self.clock, pattern=pattern)
+        queue = Queue(name, self.clock, pattern=pattern, selector=selector)
         self._index.add(queue)
         return queue
 
-    def _durable_subscription(self, container_id, durable_name, pattern):
+    def _durable_subscription(self, container_id, durable_name, pattern, selector):
         key = (container_id, durable_name)
         queue = self._durable.get(key)
         if queue is not None:
             if queue.consumers:
                 raise NotAllowed(f"subscription {durable_name!r} is in use")
-            if queue.pattern == pattern:
+            if queue.pattern == pattern and _text(queue.selector) == _text(selector):
                 return queue
-            # JMS: resubscribing under the same name to another topic replaces the
-            # subscription, and its backlog with it.
+            # JMS: resubscribing under the same name to another topic, or with another
+            # selector, replaces the subscription, and its backlog with it.
             self._delete_subscription(queue)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
-                      durable_key=key)
+                      durable_key=key, selector=selector)
         self._durable[key] = queue
         self._index.add(queue)
         return queue
@@ -371,3 +380,16 @@ def _wants_topic(capabilities):
     if isinstance(capabilities, str):
         capabilities = (capabilities,)
     return any(str(c) in ("temporary-topic", "topic") for c in capabilities)
+
+
+def _compiled(selector):
+    # S2.8: compile before anything is created, so a bad selector leaves no trace.
+    if selector is None or isinstance(selector, Selector):
+        return selector
+    if isinstance(selector, str) and not selector.strip():
+        return None
+    return compile_selector(selector)
+
+
+def _text(selector):
+    return None if selector is None else selector.text

@@ -64,6 +64,7 @@ class Consumer:
     @ivar credit: how many more deliveries the consumer may receive now.
     @ivar target: the object whose C{deliver(delivery)} receives deliveries.
     @ivar queue: the L{mqgate.core.destinations.Queue} it consumes from.
+    @ivar selector: the compiled L{mqgate.core.selectors.Selector} (S2.8), or C{None}.
     @ivar closed: C{True} once L{close} ran.
     """
 
@@ -102,9 +103,10 @@ class Consumer:
         """
         if self.closed:
             return
+        had_credit = self.credit > 0
         self.credit = credit if credit > 0 else 0
         if self.credit:
-            self.queue.offer(self)
+            self.queue.offer(self, had_credit)
 
     def drain(self):
         """Deliver what is available, then give up the remaining credit.

@@ -21,15 +21,28 @@ every hand-over, picks up whatever the nested call changed.
 
 A L{Topic} has no storage of its own: every subscription is a Queue (S2.1), and
 publishing enqueues the same message object on each matching one.
+
+Selectors (S2.8) stay off those paths. A topic applies a subscription's selector before
+enqueueing, so a subscription queue only ever holds what its consumer wants. A plain
+queue with at least one selector consumer switches to a slower dispatch
+(L{Queue._dispatch_selective}): each waiting message goes to the first ready consumer
+that accepts it, and what no ready consumer accepts stays where it is, in order.
 """
 
+import functools
+import heapq
+import itertools
 from collections import deque
 
 from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
 from mqgate.core.message import MAX_PRIORITY
+from mqgate.core.selectors import message_field
 
 _LEVELS = MAX_PRIORITY + 1
+
+# The value of Queue._dispatching during a selective run (True: a plain run).
+_SELECTIVE_RUN = "selective"
 
 _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejected",
                    "expired")
@@ -48,19 +61,23 @@ class Queue:
     @ivar pattern: for a topic subscription, the topic name or pattern it matches;
         C{None} for a plain queue.
     @ivar durable_key: C{(container_id, durable_name)} of a durable subscription.
+    @ivar selector: for a topic subscription, the compiled selector (S2.8) its topic
+        applies before enqueueing; C{None} otherwise.
     @ivar temporary: made for a dynamic attach; deleted with its creator.
     @ivar deleted: set when the broker deletes it.
     """
 
-    __slots__ = ("name", "pattern", "durable_key", "temporary", "deleted",
+    __slots__ = ("name", "pattern", "durable_key", "selector", "temporary", "deleted",
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
-                 "_consumers", "_dispatching", "_seconds") + _QUEUE_COUNTERS + (
-                     "in_flight",)
+                 "_consumers", "_dispatching", "_seconds", "_selective",
+                 "_rescan", "_late") + _QUEUE_COUNTERS + ("in_flight",)
 
-    def __init__(self, name, clock, *, pattern=None, durable_key=None, temporary=False):
+    def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
+                 temporary=False):
         self.name = name
         self.pattern = pattern
         self.durable_key = durable_key
+        self.selector = selector
         self.temporary = temporary
         self.deleted = False
         self._levels = [deque() for _ in range(_LEVELS)]
@@ -74,6 +91,12 @@ class Queue:
         self._consumers = []
         self._dispatching = False
         self._seconds = clock.seconds
+        # S2.8: how many attached consumers have a selector this queue must apply,
+        # whether a dispatch was asked for while one was running, and whether one of
+        # them got credit during a plain run and waits to join the ready deque.
+        self._selective = 0
+        self._rescan = False
+        self._late = False
         for counter in _QUEUE_COUNTERS:
             setattr(self, counter, 0)
         self.in_flight = 0
@@ -111,6 +134,9 @@ class Queue:
     def publish(self, message):
         """Enqueue C{message} and deliver it at once if a consumer has credit."""
         self.messages_in += 1
+        if self._selective:
+            self._publish_selective(message)
+            return
         ready = self._ready
         if ready and not self._count and not self._dispatching and not self._parked:
             # The fast path: nothing waits, so this message is next for whoever is ready.
@@ -149,12 +175,32 @@ class Queue:
     def attach(self, consumer):
         """Add a competing consumer (it receives nothing until it has credit)."""
         self._consumers.append(consumer)
+        if self._filters(consumer):
+            self._selective += 1
 
-    def offer(self, consumer):
-        """A consumer now has credit: put it in the ready rotation and dispatch."""
+    def _filters(self, consumer):
+        # A subscription's selector was applied by its topic already (S2.8).
+        return consumer.selector is not None and self.pattern is None
+
+    def offer(self, consumer, had_credit=False):
+        """A consumer now has credit: put it in the ready rotation and dispatch.
+
+        @param had_credit: it had credit already (only its amount changed).
+        """
         if not consumer._in_ready:
+            if self._dispatching is True and self._filters(consumer):
+                # S2.8: a plain run is going on (this is a call from inside one of its
+                # deliveries) and would ignore the selector; the selective dispatch
+                # that follows it lets the consumer in (_let_late_in).
+                self._late = True
+                return
             consumer._in_ready = True
             self._ready.append(consumer)
+        if had_credit and self._selective:
+            # S2.8: a consumer that kept its credit has refused everything waiting
+            # already (a selector's verdict never changes); a run that stopped planning
+            # for it when its credit ran out looks again (_selective_round).
+            return
         self.dispatch()
 
     def detach(self, consumer, pending):
@@ -168,6 +214,9 @@ class Queue:
             self._consumers.remove(consumer)
         except ValueError:
             pass
+        else:
+            if self._filters(consumer):
+                self._selective -= 1
         if consumer._in_ready:
             # Drop it now rather than lazily, so an idle queue does not keep the closed
             # consumer (and its target) alive. Not found: the running dispatch loop
@@ -199,7 +248,15 @@ class Queue:
 
     def dispatch(self):
         """Hand waiting messages to consumers with credit, round-robin, priority first."""
-        if self._dispatching or not self._ready:
+        if self._dispatching:
+            # The running dispatch picks the change up (see the module docstring); a
+            # selective one is told to, as it plans from a snapshot (S2.8).
+            self._rescan = True
+            return
+        if self._selective:
+            self._dispatch_selective()
+            return
+        if not self._ready:
             return
         self._dispatching = True
         try:
@@ -212,6 +269,9 @@ class Queue:
                     break
         finally:
             self._dispatching = False
+        if self._selective:
+            # A consumer with a selector arrived during the run (re-entrantly).
+            self._dispatch_selective()
 
     def _dispatch_levels(self):
         ready = self._ready
@@ -273,6 +333,160 @@ class Queue:
                 return consumer
         return None
 
+    # -- dispatch with selectors (S2.8) ----------------------------------------------
+
+    def _publish_selective(self, message):
+        # Outside a dispatch run, everything waiting has been refused by every consumer
+        # that has credit (each way to break that, a new entry or a consumer gaining
+        # credit from none, leads to a full run), so only the new message needs trying.
+        if not self._dispatching:
+            if self._late:
+                self._let_late_in()
+            expiry = message.expiry
+            if expiry is not None and self._ready and expiry <= self._seconds():
+                self.expired += 1
+                return
+            consumer = self._choose(message, None, None)
+            if consumer is not None:
+                self._rescan = False
+                self._dispatching = _SELECTIVE_RUN
+                try:
+                    self._hand(consumer, message, message.delivery_count)
+                finally:
+                    self._dispatching = False
+                if self._rescan:
+                    self.dispatch()
+                return
+        priority = message.priority
+        self._levels[priority].append(message)
+        self._count += 1
+        if priority > self._hi:
+            self._hi = priority
+        if self._dispatching:
+            self._rescan = True
+
+    def _dispatch_selective(self):
+        # Rounds of "plan, then hand over": planning calls no outside code, so it can
+        # walk the deques; handing over may re-enter, and a round that saw re-entry,
+        # had to give entries back, or stopped planning for a consumer that has credit
+        # again, is followed by another.
+        if self._late:
+            self._let_late_in()
+        self._dispatching = _SELECTIVE_RUN
+        try:
+            while self._ready:
+                self._rescan = False
+                if not self._selective_round() and not self._rescan:
+                    break
+        finally:
+            self._dispatching = False
+
+    def _let_late_in(self):
+        self._late = False
+        for consumer in self._consumers:
+            if consumer.credit > 0 and not consumer._in_ready:
+                consumer._in_ready = True
+                self._ready.append(consumer)
+
+    def _selective_round(self):
+        credit = {c: c.credit for c in self._ready if c.credit > 0}
+        if not credit:
+            return False
+        planned_for = list(credit)
+        plan = []
+        now = self._seconds()
+        if self._parked:
+            self._parked = self._plan(self._parked, credit, plan, now, parked=True)
+        levels = self._levels
+        for priority in range(self._hi, -1, -1):
+            if not credit:
+                break
+            level = levels[priority]
+            if level:
+                before = len(level)
+                kept = self._plan(level, credit, plan, now)
+                if len(kept) != before:
+                    self._count -= before - len(kept)
+                    levels[priority] = deque(kept)
+        while self._hi >= 0 and not levels[self._hi]:
+            self._hi -= 1
+        returned, returned_parked = [], []
+        for entry, consumer, parked in plan:
+            if consumer.credit <= 0 or self.deleted:
+                # Lost its credit (or the queue went) while earlier ones were handed.
+                (returned_parked if parked else returned).append(entry)
+            elif parked:
+                entry._avoid = None
+                self._hand(consumer, entry.message, entry.delivery_count)
+            else:
+                message = entry.message if type(entry) is Delivery else entry
+                self._hand(consumer, message, entry.delivery_count)
+        if self.deleted:
+            self.dropped += len(returned) + len(returned_parked)
+            return False
+        self._merge_back(returned)
+        self._parked[:0] = returned_parked
+        # Consumers dropped from C{credit} ran out while planning: later entries were
+        # not tried on them.
+        return bool(returned or returned_parked) or any(
+            c.credit > 0 for c in planned_for if c not in credit)
+
+    def _merge_back(self, entries):
+        # Planned but never handed: back among the waiting ones by arrival order, so
+        # the remaining consumers still see the original order (a stable merge keeps
+        # what was requeued at the head in the meantime where it is).
+        levels = self._levels
+        for priority in {_message_of(e).priority for e in entries}:
+            group = [e for e in entries if _message_of(e).priority == priority]
+            levels[priority] = deque(heapq.merge(levels[priority], group, key=_arrival))
+            self._hi = max(self._hi, priority)
+        self._count += len(entries)
+
+    def _plan(self, entries, credit, plan, now, parked=False):
+        # Assign entries to consumers (in order, round-robin); return what stays.
+        kept = []
+        for index, entry in enumerate(entries):
+            if not credit:
+                kept.extend(itertools.islice(entries, index, None))
+                break
+            message = entry.message if type(entry) is Delivery else entry
+            expiry = message.expiry
+            if expiry is not None and expiry <= now:
+                self.expired += 1
+                continue
+            consumer = self._choose(message, entry._avoid if parked else None, credit)
+            if consumer is None:
+                kept.append(entry)
+            else:
+                plan.append((entry, consumer, parked))
+        return kept
+
+    def _choose(self, message, avoid, credit):
+        # The first ready consumer with credit (C{credit}: what is left of it in this
+        # round, or None for the live value) that accepts C{message}; it moves to the
+        # back of the ready deque, which keeps the rotation of S2.1.
+        ready = self._ready
+        lookup = None
+        for position, consumer in enumerate(ready):
+            left = consumer.credit if credit is None else credit.get(consumer, 0)
+            if left <= 0 or consumer is avoid:
+                continue
+            selector = consumer.selector
+            if selector is not None:
+                if lookup is None:
+                    lookup = functools.partial(message_field, message)
+                if not selector.matches(lookup):
+                    continue
+            del ready[position]
+            ready.append(consumer)
+            if credit is not None:
+                if left > 1:
+                    credit[consumer] = left - 1
+                else:
+                    del credit[consumer]
+            return consumer
+        return None
+
     def _hand(self, consumer, message, delivery_count):
         delivery = Delivery(message, consumer, delivery_count)
         # Book-keeping first: the target may settle or close re-entrantly.
@@ -328,6 +542,15 @@ class Queue:
         self._ready.clear()
 
 
+def _message_of(entry):
+    return entry.message if type(entry) is Delivery else entry
+
+
+def _arrival(entry):
+    seq = _message_of(entry).seq
+    return -1 if seq is None else seq
+
+
 class SubscriptionIndex:
     """Every topic subscription queue, with a generation number bumped on each change.
 
@@ -367,11 +590,12 @@ class Topic:
     """A publish/subscribe destination (S2.1): copies go to every matching subscription.
 
     Counters: C{messages_in} (published), C{messages_out} (copies enqueued on
-    subscriptions), C{dropped} (published while no subscription matched).
+    subscriptions), C{dropped} (published while no subscription matched, or none whose
+    selector accepted it).
     """
 
     __slots__ = ("name", "temporary", "deleted", "messages_in", "messages_out",
-                 "dropped", "_index", "_gen", "_subs")
+                 "dropped", "_index", "_gen", "_subs", "_selective")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -383,6 +607,7 @@ class Topic:
         self._index = index
         self._gen = -1
         self._subs = ()
+        self._selective = False
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"
@@ -397,14 +622,17 @@ class Topic:
     def _refresh(self):
         self._subs = self._index.matching(self.name)
         self._gen = self._index.gen
+        self._selective = any(q.selector is not None for q in self._subs)
 
     def publish(self, message):
-        """Enqueue C{message} (the same object) on every matching subscription; with
-        none, drop it and count it."""
+        """Enqueue C{message} (the same object) on every matching subscription whose
+        selector, if any, accepts it (S2.8); with none, drop it and count it."""
         self.messages_in += 1
         if self._gen != self._index.gen:
             self._refresh()
         subs = self._subs
+        if self._selective:
+            subs = _selected(subs, message)
         if not subs:
             self.dropped += 1
             return
@@ -417,3 +645,10 @@ class Topic:
         """A snapshot of the counters as a dict."""
         return {"messages_in": self.messages_in, "messages_out": self.messages_out,
                 "dropped": self.dropped, "subscriptions": len(self.subscriptions)}
+
+
+def _selected(subscriptions, message):
+    # S2.8: a subscription never holds a message its selector refuses.
+    lookup = functools.partial(message_field, message)
+    return tuple(q for q in subscriptions
+                 if q.selector is None or q.selector.matches(lookup))
