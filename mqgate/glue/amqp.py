@@ -34,7 +34,7 @@ from mqgate.amqp.performatives import (
     Rejected, Released, Source, Target,
 )
 from mqgate.amqp.session import SessionState
-from mqgate.amqp.types import Symbol
+from mqgate.amqp.types import Described, Symbol
 from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
 from mqgate.core.message import BrokerMessage
 from mqgate.errors import ProtocolError
@@ -209,11 +209,13 @@ class AmqpBrokerSession:
             raise _refusal(c.INVALID_FIELD, "a receiving link needs a source")
         target = _ConsumerTarget(link, self.request_flush)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
+        selector, filters = _selector_filter(source.filter)
         consumer = self.broker.open_consumer(
             None if source.dynamic else _address(source.address), target,
             capabilities=source.capabilities or (), presettled=link.presettled,
             durable_name=link.name if durable and not source.dynamic else None,
-            container_id=self.container_id, dynamic=bool(source.dynamic))
+            container_id=self.container_id, dynamic=bool(source.dynamic),
+            selector=selector)
         target.consumer = consumer
         link.context = consumer
         mode = SND_SETTLED if link.presettled else SND_UNSETTLED
@@ -223,6 +225,7 @@ class AmqpBrokerSession:
         reply = Source(address=address, durable=source.durable,
                        expiry_policy=source.expiry_policy, timeout=source.timeout,
                        dynamic=source.dynamic, distribution_mode=source.distribution_mode,
+                       filter=filters,
                        default_outcome=source.default_outcome, outcomes=source.outcomes,
                        capabilities=source.capabilities)
         link.attach(source=reply, target=link.remote.target, snd_settle_mode=mode)
@@ -327,6 +330,24 @@ class AmqpBrokerSession:
 
 
 _ACCEPTED = Accepted()
+
+
+# The JMS selector filter of the AMQP JMS mapping (FACTS section 5), by symbol or code.
+_SELECTOR_FILTER = (Symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
+
+
+def _selector_filter(filters):
+    """The selector text of a source's filter set, and the filters we honour (echoed in
+    the attach reply, as Qpid JMS expects); other filters are left out of the reply,
+    which tells the client they are not applied (Part 3 section 3.5.3)."""
+    if not filters:
+        return None, None
+    for key, value in filters.items():
+        if isinstance(value, Described) and value.descriptor in _SELECTOR_FILTER:
+            if not isinstance(value.value, str):
+                raise _refusal(c.INVALID_FIELD, "the selector filter must hold a string")
+            return value.value, {key: value}
+    return None, None
 
 
 def _address(value):

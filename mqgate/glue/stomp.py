@@ -21,6 +21,7 @@ import itertools
 from twisted.logger import Logger
 
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
+from mqgate.core.selectors import SelectorError
 from mqgate.core.message import BrokerMessage
 from mqgate.errors import ProtocolError
 from mqgate.glue.stomp_mapping import frame_to_message, message_to_headers
@@ -249,13 +250,14 @@ class StompBrokerSession:
         durable_name = None
         for name in _DURABLE_HEADERS:
             durable_name = durable_name or _header(event.headers, name)
-        if _header(event.headers, "selector"):
-            raise _Error("selectors are not supported yet",
-                         "this broker cannot filter a subscription by selector (S2.8)")
         subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
-        subscription.consumer = self.broker.open_consumer(
-            event.destination, subscription, presettled=event.ack == "auto",
-            durable_name=durable_name, container_id=self.client_id)
+        try:
+            subscription.consumer = self.broker.open_consumer(
+                event.destination, subscription, presettled=event.ack == "auto",
+                durable_name=durable_name, container_id=self.client_id,
+                selector=_header(event.headers, "selector"))
+        except SelectorError as error:
+            raise _Error("invalid selector", error.description) from None
         self.subscriptions[event.id] = subscription
         self._receipt(event)
         subscription.consumer.set_credit(prefetch)
