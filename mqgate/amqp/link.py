@@ -16,8 +16,7 @@ import enum
 from mqgate.amqp import conditions as c
 from mqgate.amqp.conditions import AmqpLocalError, AmqpRemoteError
 from mqgate.amqp.performatives import (
-    RCV_FIRST, RECEIVER, SENDER, SND_MIXED, SND_SETTLED, Accepted, Attach, Detach, Error,
-    Flow,
+    RCV_FIRST, SENDER, SND_MIXED, SND_SETTLED, Accepted, Attach, Detach, Error,
 )
 
 __all__ = ["Link", "LinkState"]

@@ -17,7 +17,6 @@ What the glue decides:
 No I/O here: the adapter feeds events in and writes what the engine has to say.
 """
 
-from twisted.logger import Logger
 
 from mqgate import __version__
 from mqgate.amqp import conditions as c
@@ -31,12 +30,12 @@ from mqgate.amqp.link import LinkState
 from mqgate.amqp.message import parse_message
 from mqgate.amqp.performatives import (
     SND_SETTLED, SND_UNSETTLED, Accepted, Coordinator, Error, Modified,
-    Rejected, Released, Source, Target,
+    Rejected, Released, Source,
 )
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
-from mqgate.core.message import BrokerMessage
+from mqgate.glue.session import BrokerSession
 from mqgate.errors import ProtocolError
 
 __all__ = ["AmqpBrokerSession", "GlueConfig"]
@@ -81,29 +80,11 @@ class _ConsumerTarget:
         self.request_flush()
 
 
-class AmqpBrokerSession:
-    """The broker side of one AMQP connection.
+class AmqpBrokerSession(BrokerSession):
+    """The broker side of one AMQP connection (collaborators: see L{BrokerSession})."""
 
-    @param engine: the connection's L{mqgate.amqp.connection.Connection}.
-    @param broker: the core L{mqgate.core.broker.Broker}.
-    @param authenticator: an L{mqgate.security.auth.IAuthenticator}.
-    @param clock: an C{IReactorTime} (message expiry uses it).
-    @param request_flush: called when something the engine must write was produced
-        outside the adapter's own C{dataReceived} (an authentication result).
-    """
-
-    log = Logger()
-
-    def __init__(self, engine, broker, authenticator, clock, config, request_flush,
-                 peer="?"):
-        self.engine = engine
-        self.broker = broker
-        self.authenticator = authenticator
-        self.clock = clock
-        self.config = config
-        self.request_flush = request_flush
-        self.peer = peer
-        self.principal = None
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.container_id = None
         self._links = set()   # links with a producer or consumer to clean up
 
@@ -124,12 +105,8 @@ class AmqpBrokerSession:
     # -- connection ----------------------------------------------------------------------
 
     def _authentication_requested(self, event):
-        if event.mechanism in ("ANONYMOUS", "NONE"):
-            d = self.authenticator.authenticate_anonymous()
-        else:
-            d = self.authenticator.authenticate(event.username, event.password)
-        d.addCallbacks(self._authenticated, self._not_authenticated)
-        d.addErrback(lambda f: self.log.failure("authentication outcome", f))
+        anonymous = event.mechanism in ("ANONYMOUS", "NONE")
+        self._login(None if anonymous else event.username, event.password)
 
     def _authenticated(self, principal):
         if self.config.admin_only and "admin" not in principal.groups:
@@ -280,7 +257,7 @@ class AmqpBrokerSession:
         if producer is None:
             return
         try:
-            message = self._broker_message(event.payload)
+            message = self.broker_message(parse_message(event.payload))
             producer.send(message)
         except ProtocolError as error:
             if not event.settled:
@@ -292,22 +269,6 @@ class AmqpBrokerSession:
         if link.credit <= self.config.producer_credit // 2 and \
                 link.state is LinkState.ATTACHED:
             link.flow(self.config.producer_credit)
-
-    def _broker_message(self, payload):
-        encoded = parse_message(payload)
-        header = encoded.header
-        props = encoded.properties
-        expiry = None
-        if header.ttl:
-            expiry = self.clock.seconds() + header.ttl / 1000.0
-        if props.absolute_expiry_time:
-            absolute = props.absolute_expiry_time / 1000.0
-            expiry = absolute if expiry is None else min(expiry, absolute)
-        return BrokerMessage(
-            encoded, durable=bool(header.durable), priority=header.priority,
-            expiry=expiry, to=props.to, reply_to=props.reply_to,
-            message_id=props.message_id, correlation_id=props.correlation_id,
-            delivery_count=header.delivery_count or 0)
 
     def _deliveries_settled(self, event):
         consumer = event.link.context

@@ -18,12 +18,11 @@ What STOMP means in broker terms:
 import collections
 import itertools
 
-from twisted.logger import Logger
 
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
-from mqgate.core.message import BrokerMessage
 from mqgate.errors import ProtocolError
+from mqgate.glue.session import BrokerSession
 from mqgate.glue.stomp_mapping import frame_to_message, message_to_headers
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, Nack, Send, Subscribe,
@@ -107,21 +106,11 @@ class _Subscription:
         return len(ids)
 
 
-class StompBrokerSession:
-    """The broker side of one STOMP connection."""
+class StompBrokerSession(BrokerSession):
+    """The broker side of one STOMP connection (collaborators: see L{BrokerSession})."""
 
-    log = Logger()
-
-    def __init__(self, engine, broker, authenticator, clock, config, request_flush,
-                 peer="?"):
-        self.engine = engine
-        self.broker = broker
-        self.authenticator = authenticator
-        self.clock = clock
-        self.config = config
-        self.request_flush = request_flush
-        self.peer = peer
-        self.principal = None
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.client_id = None
         self.subscriptions = {}
         self.acks = {}           # ack id -> subscription
@@ -156,12 +145,7 @@ class StompBrokerSession:
 
     def _connect_requested(self, event):
         self.client_id = _header(event.headers, "client-id") or event.login
-        if event.login is None:
-            d = self.authenticator.authenticate_anonymous()
-        else:
-            d = self.authenticator.authenticate(event.login, event.passcode or "")
-        d.addCallbacks(self._authenticated, self._not_authenticated)
-        d.addErrback(lambda f: self.log.failure("authentication outcome", f))
+        self._login(event.login, event.passcode)
 
     def _authenticated(self, principal):
         if self.engine.finished:
@@ -206,18 +190,7 @@ class StompBrokerSession:
                          f"a message of {len(event.body)} bytes exceeds the limit of "
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
         encoded = frame_to_message(event.destination, event.headers, event.body)
-        header = encoded.header
-        props = encoded.properties
-        expiry = None
-        if header.ttl:
-            expiry = self.clock.seconds() + header.ttl / 1000.0
-        if props.absolute_expiry_time:
-            absolute = props.absolute_expiry_time / 1000.0
-            expiry = absolute if expiry is None else min(expiry, absolute)
-        message = BrokerMessage(
-            encoded, durable=bool(header.durable), priority=header.priority, expiry=expiry,
-            to=props.to, reply_to=props.reply_to, message_id=props.message_id,
-            correlation_id=props.correlation_id)
+        message = self.broker_message(encoded)
         self._producer(event.destination).send(message)
 
     def _producer(self, destination):
