@@ -1,7 +1,9 @@
 """Run every benchmark scenario in sequence: `make bench` (ARCHITECTURE.md, Tests).
 
 First the scripts that need no broker (bench/core_bench.py: the core alone, in
-process), then the AMQP queue scenarios of bench/amqp_throughput.py, the AMQP fan-out
+process), then the AMQP queue scenarios of bench/amqp_throughput.py (Proton clients) and
+of bench/amqp_engine_throughput.py (clients built on mqgate's own AMQP engine, a lean
+load generator that does not saturate before the broker does), the AMQP fan-out
 of bench/fanout.py, the STOMP queue scenarios of bench/stomp_throughput.py and the
 STOMP fan-out, each on a new broker.
 Every scenario prints one JSON line to stdout; the lines are
@@ -28,6 +30,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
+import amqp_engine_throughput  # noqa: E402
 import amqp_throughput  # noqa: E402
 import fanout  # noqa: E402
 import stomp_throughput  # noqa: E402
@@ -42,6 +45,9 @@ def _amqp(options):
 SCENARIOS = (
     [(f"amqp-queue-{mode}", amqp_throughput, mode, _amqp)
      for mode in amqp_throughput.SCENARIOS]
+    + [(f"amqp-engine-queue-{mode}", amqp_engine_throughput, mode,
+        amqp_engine_throughput.options_from)
+       for mode in amqp_engine_throughput.SCENARIOS]
     + [(fanout.scenario_name("amqp", fanout.DEFAULT_CONSUMERS), fanout, "amqp",
         fanout.options_from)]
     + [(f"stomp-queue-{mode}", stomp_throughput, mode, stomp_throughput.options_from)

@@ -1,0 +1,275 @@
+"""AMQP 1.0 queue throughput with a lean load generator: mqgate's own AMQP engine.
+
+The scenarios of bench/amqp_throughput.py drive the broker with Python Proton, whose
+per-message cost in the client (building and encoding a Message, decoding it again)
+saturates a core before the broker does: those figures measure Proton as much as
+mqgate. These drive the same broker, over real sockets, with a client made of
+mqgate's sans-IO engine (the engine the client library will use) that sends one
+pre-encoded message again and again and only counts what it receives. Same shape as the
+other scenarios: one producer process, one consumer process, one queue, 200,000
+messages of 256 bytes; ``presettled`` and ``unsettled`` (the consumer accepts each
+delivery; the producer counts the broker's outcomes).
+
+    python bench/amqp_engine_throughput.py [--messages N] [--mode presettled|unsettled]
+"""
+
+import argparse
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(BENCH_DIR.parent))
+
+import amqp_throughput  # noqa: E402
+import stomp_throughput  # noqa: E402
+from amqp_throughput import BenchError, _emit, _fail, _rate  # noqa: E402
+
+from mqgate.amqp.connection import Connection  # noqa: E402
+from mqgate.amqp.events import (  # noqa: E402
+    ConnectionClosed, DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived,
+    SaslCompleted,
+)
+from mqgate.amqp.message import encode_message  # noqa: E402
+from mqgate.amqp.performatives import (  # noqa: E402
+    RECEIVER, SENDER, SND_SETTLED, SND_UNSETTLED, Accepted, Source, Target,
+)
+
+SCENARIOS = ("presettled", "unsettled")
+READY_TIMEOUT = amqp_throughput.READY_TIMEOUT
+CLOSE_GRACE = 5.0
+RECV_SIZE = 1 << 18
+# The producer writes in batches of this many transfers per socket write.
+BATCH = 200
+# A client that hears nothing from the broker for this long gives up (a stall).
+STALL_TIMEOUT = 30.0
+
+
+class _Client:
+    """An AMQP client connection over a blocking socket, driven by the sans-IO engine."""
+
+    def __init__(self, url, options, timeout):
+        host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        credentials = (options.user, options.password) if options.user else "ANONYMOUS"
+        self.engine = Connection(server=False, container_id=f"bench-{options.mode}",
+                                 credentials=credentials, idle_timeout=None)
+        self.session = None
+
+    def flush(self):
+        data = self.engine.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def read(self):
+        """Read once from the socket; return the engine's events."""
+        data = self.sock.recv(RECV_SIZE)
+        if not data:
+            raise BenchError("the broker closed the connection")
+        events = self.engine.receive_data(data)
+        if self.engine.error is not None:
+            raise BenchError(f"protocol error: {self.engine.error}")
+        for event in events:
+            if isinstance(event, SaslCompleted) and not event.ok:
+                raise BenchError("authentication failed")
+            if isinstance(event, (ConnectionClosed, LinkDetached)) and event.error:
+                raise BenchError(f"{type(event).__name__}: {event.error}")
+        return events
+
+    def wait_for(self, predicate, what):
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            self.flush()
+            for event in self.read():
+                if predicate(event):
+                    return event
+        raise BenchError(f"timed out waiting for {what}")
+
+    def open_link(self, role, address, settle_mode):
+        self.flush()
+        self.wait_for(lambda e: self.engine.ready, "the broker's open")
+        self.session = self.engine.begin_session()
+        link = self.session.attach_link(f"bench-{role}", role)
+        if role is SENDER:
+            link.attach(source=Source(), target=Target(address=address),
+                        snd_settle_mode=settle_mode)
+        else:
+            link.attach(source=Source(address=address), target=Target(),
+                        snd_settle_mode=settle_mode)
+        self.wait_for(lambda e: isinstance(e, LinkAttached) and e.link is link,
+                      f"the attach of {address}")
+        return link
+
+    def close(self):
+        try:
+            self.engine.close()
+            self.flush()
+            self.sock.settimeout(CLOSE_GRACE)
+            while not self.engine.finished:
+                self.read()
+        except (OSError, BenchError):
+            pass
+        self.sock.close()
+
+
+def run_producer(options):
+    """Send the messages as credit allows; print a JSON result line."""
+    presettled = options.mode == "presettled"
+    payload = encode_message(b"x" * options.size)
+    try:
+        client = _Client(options.url, options, STALL_TIMEOUT)
+        link = client.open_link(SENDER, options.address,
+                                SND_SETTLED if presettled else SND_UNSETTLED)
+        sent = settled = 0
+        first = None
+        while settled < options.messages:
+            batch = 0
+            while link.credit and sent < options.messages and batch < BATCH:
+                link.send(payload, settled=presettled)
+                sent += 1
+                batch += 1
+            if first is None and sent:
+                first = time.perf_counter()
+            if presettled:
+                settled = sent
+            client.flush()
+            if settled >= options.messages:
+                break
+            if not link.credit or not presettled or batch < BATCH:
+                for event in client.read():
+                    if isinstance(event, DeliveriesSettled):
+                        settled += len(event.deliveries)
+        done = time.perf_counter()
+    except (OSError, BenchError) as e:
+        _fail("producer", str(e))
+    _emit(role="producer", sent=sent, seconds=done - first,
+          msgs_per_s=_rate(sent, done - first), outcomes={"accepted": settled})
+    client.close()
+
+
+def run_consumer(options):
+    """Attach, print ``ready``, count the messages; print a JSON result line."""
+    presettled = options.mode == "presettled"
+    try:
+        client = _Client(options.url, options, READY_TIMEOUT)
+        link = client.open_link(RECEIVER, options.address,
+                                SND_SETTLED if presettled else SND_UNSETTLED)
+        link.flow(options.prefetch)
+        client.flush()
+        attached = time.perf_counter()
+        print("ready", flush=True)
+        client.sock.settimeout(options.timeout)
+        received = 0
+        first = last = None
+        accepted = Accepted()
+        while received < options.messages:
+            for event in client.read():
+                if isinstance(event, MessageReceived):
+                    received += 1
+                    if not event.settled:
+                        link.settle(event.delivery_id, accepted)
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            if link.credit < options.prefetch // 2:
+                link.flow(options.prefetch)
+            client.flush()
+    except (OSError, BenchError) as e:
+        _fail("consumer", str(e))
+    _emit(role="consumer", received=received, seconds=last - first,
+          msgs_per_s=_rate(received, last - first),
+          wait_for_first_s=round(first - attached, 3))
+    client.close()
+
+
+def measure(options, url, mode, broker_pid=None):
+    """Consumer first, then producer; the scenario's JSON dict."""
+    args = ["--url", url, "--mode", mode, "--messages", str(options.messages),
+            "--size", str(options.size), "--prefetch", str(options.prefetch),
+            "--timeout", str(options.timeout), "--address", options.address,
+            "--user", options.user, "--password", options.password]
+    children = []
+    cpu_before = stomp_throughput.broker_cpu(broker_pid)
+    try:
+        consumer = stomp_throughput.ScriptChild(__file__, "consume", args)
+        children.append(consumer)
+        consumer.wait_for_line("ready", READY_TIMEOUT)
+        producer = stomp_throughput.ScriptChild(__file__, "produce", args)
+        children.append(producer)
+        deadline = time.monotonic() + options.timeout + READY_TIMEOUT
+        sent = producer.result(max(1.0, deadline - time.monotonic()))
+        got = consumer.result(max(1.0, deadline - time.monotonic()))
+        for child in children:
+            child.close(CLOSE_GRACE)
+    finally:
+        for child in children:
+            child.kill()
+    result = {
+        "scenario": f"amqp-engine-queue-{mode}",
+        "messages": got["received"],
+        "size": options.size,
+        "msgs_per_s": got["msgs_per_s"],
+        "seconds": round(got["seconds"], 3),
+        "producer_msgs_per_s": sent["msgs_per_s"],
+    }
+    result.update(stomp_throughput.cpu_fields(
+        cpu_before, stomp_throughput.broker_cpu(broker_pid), got["received"]))
+    return result
+
+
+def scenario_line(options, mode):
+    """The scenario's one JSON line: its measurement, or its error."""
+    try:
+        if options.url:
+            return measure(options, options.url, mode)
+        return stomp_throughput.with_broker(options, "jms", lambda host, port, pid: measure(
+            options, f"amqp://{host}:{port}", mode, pid))
+    except BenchError as e:
+        return stomp_throughput.failure_line(f"amqp-engine-queue-{mode}", options, e)
+
+
+def options_from(run_options):
+    """This script's options from bench/run.py's."""
+    options = argparse.Namespace(**vars(run_options))
+    options.address = amqp_throughput.DEFAULT_ADDRESS
+    options.url = getattr(run_options, "url", None)
+    return options
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="AMQP queue throughput through mqgate driven by mqgate's own AMQP "
+                    "engine as the load generator; one JSON line per scenario.")
+    parser.add_argument("role", nargs="?", default="bench",
+                        choices=("bench", "consume", "produce"))
+    amqp_throughput.add_common_arguments(parser)
+    parser.add_argument("--mode", "--scenario", dest="mode", default="all",
+                        choices=SCENARIOS + ("all",))
+    parser.add_argument("-D", "--define", type=amqp_throughput._define, action="append",
+                        default=[], metavar="KEY=VALUE")
+    options = parser.parse_args(argv)
+    if options.role != "bench" and (options.url is None or options.mode == "all"):
+        parser.error(f"{options.role} needs --url and --mode presettled|unsettled")
+    return options
+
+
+def main(argv=None):
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    if options.role == "consume":
+        return run_consumer(options)
+    if options.role == "produce":
+        return run_producer(options)
+    failed = False
+    for mode in SCENARIOS if options.mode == "all" else (options.mode,):
+        line = scenario_line(options, mode)
+        failed = failed or "error" in line
+        print(json.dumps(line), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
