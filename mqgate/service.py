@@ -114,7 +114,10 @@ def build_broker(settings, reactor):
     broker = Broker(reactor, CoreConfig(
         autocreate_queue=settings["mqgate.autocreate.queue"],
         autocreate_topic=settings["mqgate.autocreate.topic"],
-        default_type=settings["mqgate.destination.default_type"]))
+        default_type=settings["mqgate.destination.default_type"],
+        max_num_msgs=settings["mqgate.autocreate.destination.maxNumMsgs"],
+        max_total_msg_bytes=settings["mqgate.autocreate.destination.maxTotalMsgBytes"],
+        limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"]))
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)

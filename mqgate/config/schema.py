@@ -357,6 +357,21 @@ KEYS = (
         "Create a queue when a client names one that does not exist (S2.5)."),
     Key("mqgate.autocreate.topic", Bool(), "true",
         "Create a topic when a client names one that does not exist (S2.5)."),
+    # -- limits of auto-created destinations (S2.3, S2.5, S2.7; FACTS 1.6) -------------
+    Key("mqgate.autocreate.destination.maxNumMsgs", Int(-1), "100000",
+        "Messages an auto-created queue, or each topic subscription, may hold (waiting "
+        "plus unacknowledged) before its limit behaviour applies; -1 means no limit "
+        "(S2.3)."),
+    Key("mqgate.autocreate.destination.maxTotalMsgBytes", Int(-1), "1073741824",
+        "Bytes of waiting messages an auto-created queue, or each topic subscription, "
+        "may hold before its limit behaviour applies; -1 means no limit (S2.3)."),
+    Key("mqgate.autocreate.destination.limitBehavior",
+        Choice(("FLOW_CONTROL", "REJECT_NEWEST")), "FLOW_CONTROL",
+        "What a full destination does: FLOW_CONTROL withholds the producers' AMQP credit "
+        "and stops reading their STOMP sockets until it drains to 90 % of its limit; "
+        "REJECT_NEWEST refuses each new message with amqp:resource-limit-exceeded. "
+        "mqgate defaults to FLOW_CONTROL (OpenMQ: REJECT_NEWEST) because it loses "
+        "nothing: back-pressure, not errors, slows a fast producer (S2.3, S2.7)."),
     Key("mqgate.destination.default_type", Choice(("queue", "topic")), "queue",
         "What a bare address name (no queue:// or topic://) means (S2.1)."),
     Key("mqgate.message.max_size", Size(), "70m",

@@ -16,15 +16,18 @@ from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NotAllowed, NotFound, canonical, is_pattern, resolve)
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
-from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
+from mqgate.core.destinations import (
+    FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, Queue, ResourceLimitExceeded,
+    SubscriptionIndex, Topic)
 from mqgate.core.message import BrokerMessage
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.errors import ConfigError, LocalProtocolError
 
 __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
-    "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "NotAllowed", "NotFound",
-    "Producer", "SelectorError",
+    "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "FLOW_CONTROL", "Limits",
+    "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST", "ResourceLimitExceeded",
+    "SelectorError",
 ]
 
 # Anonymous producers resolve message.to through a cache; bounded so that a client
@@ -32,6 +35,8 @@ __all__ = [
 _ROUTE_CACHE_MAX = 4096
 
 _TEMPORARY_PREFIX = "mqgate.tmp."
+
+_AUTOCREATE = "mqgate.autocreate.destination."
 
 _TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired")
 
@@ -44,25 +49,54 @@ class CoreConfig:
     @ivar autocreate_topic: C{mqgate.autocreate.topic}: create unknown topics on use.
     @ivar default_type: the kind a bare address name resolves to (C{'queue'} or
         C{'topic'}).
+    @ivar max_num_msgs: C{mqgate.autocreate.destination.maxNumMsgs}: messages a queue
+        (or a topic subscription) may hold; -1 means no limit (S2.3, S2.5).
+    @ivar max_total_msg_bytes: C{mqgate.autocreate.destination.maxTotalMsgBytes}:
+        bytes of waiting messages a queue may hold; -1 means no limit.
+    @ivar limit_behavior: C{mqgate.autocreate.destination.limitBehavior}: what a full
+        destination does to its producers, L{FLOW_CONTROL} or L{REJECT_NEWEST}.
     """
 
     autocreate_queue: bool = True
     autocreate_topic: bool = True
     default_type: str = QUEUE
+    max_num_msgs: int = 100000
+    max_total_msg_bytes: int = 1 << 30
+    limit_behavior: str = FLOW_CONTROL
 
     def __post_init__(self):
         if self.default_type not in (QUEUE, TOPIC):
             raise ConfigError("default_type", self.default_type, "queue or topic")
+        if self.limit_behavior not in LIMIT_BEHAVIORS:
+            raise ConfigError(_AUTOCREATE + "limitBehavior", self.limit_behavior,
+                              " or ".join(LIMIT_BEHAVIORS))
+        for key, value in (("maxNumMsgs", self.max_num_msgs),
+                           ("maxTotalMsgBytes", self.max_total_msg_bytes)):
+            if value < -1 or value == 0:
+                raise ConfigError(_AUTOCREATE + key, value,
+                                  "-1 (no limit) or a positive integer")
+
+    @property
+    def limits(self):
+        """The L{Limits} every destination is made with (S2.5: auto-create limits)."""
+        return Limits(self.max_num_msgs, self.max_total_msg_bytes, self.limit_behavior)
 
 
 class Producer:
     """A sender attached to one destination, or anonymous (routes by C{message.to}).
 
+    Flow control (S2.3, S2.7): a send that fills a FLOW_CONTROL destination still goes
+    through, but leaves the producer L{blocked} until that destination is back under its
+    low-water mark; the glue stops granting credit (AMQP) or reading the socket (STOMP)
+    meanwhile and goes on when L{when_unblocked} calls it back. A producer may therefore
+    overshoot a limit by what it had in flight, which its credit bounds.
+
     @ivar address: the canonical address (C{'queue://x'}, C{'topic://x'}), or C{None}
         for an anonymous producer.
     """
 
-    __slots__ = ("address", "closed", "_dest", "_route", "_next_seq")
+    __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
+                 "_callbacks")
 
     def __init__(self, address, destination, route, next_seq):
         self.address = address
@@ -70,6 +104,10 @@ class Producer:
         self._dest = destination
         self._route = route
         self._next_seq = next_seq
+        # The full queues this producer waits for, and who to tell when none is left;
+        # made only when the producer first blocks.
+        self._blockers = None
+        self._callbacks = None
 
     def __repr__(self):
         return f"<Producer {self.address}{' closed' if self.closed else ''}>"
@@ -83,6 +121,9 @@ class Producer:
         @raise NotFound: the destination was deleted, or (anonymous) C{message.to} names
             a destination that does not exist and may not be created.
         @raise AddressError: (anonymous) C{message.to} is missing or empty.
+        @raise ResourceLimitExceeded: the destination (for a topic, one of its
+            subscriptions) is full and its limit behaviour is REJECT_NEWEST; the
+            message was not enqueued anywhere (S2.3).
         """
         if self.closed:
             raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
@@ -91,14 +132,77 @@ class Producer:
             destination = self._route(message.to)
         elif destination.deleted:
             raise NotFound(f"destination {self.address} was deleted")
+        if destination.full:
+            _refuse_if_rejecting(destination)
         if message.seq is None:
             message.seq = self._next_seq()
         destination.publish(message)
+        if destination.full:
+            self._block(destination)
+
+    @property
+    def blocked(self):
+        """C{True} while a FLOW_CONTROL destination this producer filled is still over
+        its low-water mark (S2.7): the glue should let it send nothing more."""
+        return bool(self._blockers)
+
+    def when_unblocked(self, callback):
+        """Call C{callback()} once, when this producer is no longer L{blocked}.
+
+        That happens synchronously inside the core call that took the last full
+        destination under its low-water mark (a settlement, a pre-settled delivery,
+        an expiry, a deletion); a producer that is not blocked is called back at once.
+        Callbacks of a producer that closes are dropped, never called.
+        """
+        if not self._blockers:
+            callback()
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+    def _block(self, destination):
+        queue = destination if type(destination) is Queue else destination.full
+        if queue.limits.behavior != FLOW_CONTROL:
+            return
+        blockers = self._blockers
+        if blockers is None:
+            blockers = self._blockers = set()
+        elif queue in blockers:
+            return
+        blockers.add(queue)
+        queue.add_waiter(self)
+
+    def _eased(self, queue):
+        # From the queue, once it is back under its low-water mark.
+        blockers = self._blockers
+        if blockers is None:
+            return
+        blockers.discard(queue)
+        if blockers:
+            return
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            callback()
 
     def close(self):
-        """Detach; further sends raise."""
+        """Detach; further sends raise, and pending L{when_unblocked} callbacks are
+        dropped."""
         self.closed = True
         self._dest = None
+        for queue in self._blockers or ():
+            queue.remove_waiter(self)
+        self._blockers = None
+        self._callbacks = None
+
+
+def _refuse_if_rejecting(destination):
+    # S2.3 REJECT_NEWEST: the queue the last publish left full (for a topic: one of
+    # its subscriptions) takes nothing until it has room again.
+    queue = destination if type(destination) is Queue else destination.full
+    if queue.full and queue.limits.behavior == REJECT_NEWEST:
+        raise ResourceLimitExceeded(
+            f"{queue.limit_reached()}; the message was not accepted (REJECT_NEWEST)")
 
 
 class Broker:
@@ -120,6 +224,7 @@ class Broker:
         self._temporary_ids = itertools.count(1)
         self._subscription_ids = itertools.count(1)
         self._retired = dict.fromkeys(_TOTALS, 0)
+        self._limits = config.limits
 
     # -- attach -----------------------------------------------------------------------
 
@@ -288,7 +393,8 @@ class Broker:
 
     def _create(self, kind, name, *, temporary=False):
         if kind == QUEUE:
-            destination = self._queues[name] = Queue(name, self.clock, temporary=temporary)
+            destination = self._queues[name] = Queue(name, self.clock, temporary=temporary,
+                                                     limits=self._limits)
         else:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
@@ -313,7 +419,8 @@ class Broker:
 
     def _subscription(self, pattern, selector):
         name = f"mqgate.sub.{next(self._subscription_ids)}"
-        queue = Queue(name, self.clock, pattern=pattern, selector=selector)
+        queue = Queue(name, self.clock, pattern=pattern, selector=selector,
+                      limits=self._limits)
         self._index.add(queue)
         return queue
 
@@ -329,7 +436,7 @@ class Broker:
             # selector, replaces the subscription, and its backlog with it.
             self._delete_subscription(queue)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
-                      durable_key=key, selector=selector)
+                      durable_key=key, selector=selector, limits=self._limits)
         self._durable[key] = queue
         self._index.add(queue)
         return queue

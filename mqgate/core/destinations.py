@@ -27,22 +27,92 @@ enqueueing, so a subscription queue only ever holds what its consumer wants. A p
 queue with at least one selector consumer switches to a slower dispatch
 (L{Queue._dispatch_selective}): each waiting message goes to the first ready consumer
 that accepts it, and what no ready consumer accepts stays where it is, in order.
+
+Limits (S2.3, S2.7, ARCHITECTURE rule 4): a queue with L{Limits} is I{full} once the
+messages it holds (waiting plus in flight) reach C{max_count}, or the bytes of its
+waiting messages reach C{max_bytes}. Publishing costs two integer comparisons more; the
+queue never refuses anything itself: the producer decides (L{mqgate.core.broker.Producer}
+raises for REJECT_NEWEST, registers as a waiter for FLOW_CONTROL). A full queue checks,
+each time something leaves it, whether it is back under its low-water mark, and then
+wakes its waiting producers, synchronously. Bytes in flight are not counted: the core
+learns of a settlement only through C{in_flight} (L{mqgate.core.deliveries}), which
+carries no size; what is in flight is bounded by the consumers' credit anyway.
 """
 
 import functools
 import heapq
 import itertools
+import sys
 from collections import deque
 
 from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
 from mqgate.core.message import MAX_PRIORITY
 from mqgate.core.selectors import message_field
+from mqgate.errors import ProtocolError
 
 _LEVELS = MAX_PRIORITY + 1
 
 # The value of Queue._dispatching during a selective run (True: a plain run).
 _SELECTIVE_RUN = "selective"
+
+#: What a full destination does to its producers (S2.3; FACTS 1.6 names the others).
+FLOW_CONTROL = "FLOW_CONTROL"
+REJECT_NEWEST = "REJECT_NEWEST"
+LIMIT_BEHAVIORS = (FLOW_CONTROL, REJECT_NEWEST)
+
+# A queue that filled up under FLOW_CONTROL lets its producers go again once it is down
+# to 90 % of its limit: waking them at the limit itself would block them again after one
+# message, a flow frame per message.
+_LOW_WATER_PERCENT = 90
+_UNLIMITED = sys.maxsize
+
+
+class ResourceLimitExceeded(ProtocolError):
+    """A REJECT_NEWEST destination is full: the message was not enqueued (S2.3)."""
+
+    condition = "amqp:resource-limit-exceeded"
+
+
+class Limits:
+    """How much one queue may hold, and what happens when it is full (S2.3).
+
+    @ivar max_count: messages held (waiting plus in flight); -1 means no limit.
+    @ivar max_bytes: bytes of the waiting messages; -1 means no limit.
+    @ivar behavior: L{FLOW_CONTROL} or L{REJECT_NEWEST}.
+    """
+
+    __slots__ = ("max_count", "max_bytes", "behavior", "full_count", "full_bytes",
+                 "low_count", "low_bytes")
+
+    def __init__(self, max_count=-1, max_bytes=-1, behavior=FLOW_CONTROL):
+        if behavior not in LIMIT_BEHAVIORS:
+            raise ValueError(f"limit behavior {behavior!r} is not one of {LIMIT_BEHAVIORS}")
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.behavior = behavior
+        # Precomputed thresholds, so publishing only compares. full_count is one less
+        # than the limit because the queue compares what it held before the message.
+        self.full_count = _UNLIMITED if max_count < 0 else max_count - 1
+        self.full_bytes = _UNLIMITED if max_bytes < 0 else max_bytes
+        self.low_count = _low_water(max_count, behavior)
+        self.low_bytes = _low_water(max_bytes, behavior)
+
+    def __repr__(self):
+        return (f"<Limits max_count={self.max_count} max_bytes={self.max_bytes}"
+                f" {self.behavior}>")
+
+
+def _low_water(limit, behavior):
+    if limit < 0:
+        return _UNLIMITED
+    if behavior == REJECT_NEWEST:
+        return limit  # room for one more is all a rejecting queue waits for
+    return max(1, limit * _LOW_WATER_PERCENT // 100)
+
+
+UNLIMITED = Limits()
+
 
 _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejected",
                    "expired")
@@ -65,15 +135,19 @@ class Queue:
         applies before enqueueing; C{None} otherwise.
     @ivar temporary: made for a dynamic attach; deleted with its creator.
     @ivar deleted: set when the broker deletes it.
+    @ivar limits: the L{Limits} (S2.3).
+    @ivar full: C{True} from the moment a limit is reached until the queue is back under
+        its low-water mark.
     """
 
     __slots__ = ("name", "pattern", "durable_key", "selector", "temporary", "deleted",
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
-                 "_rescan", "_late") + _QUEUE_COUNTERS + ("in_flight",)
+                 "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
+                 "_in_flight") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
-                 temporary=False):
+                 temporary=False, limits=UNLIMITED):
         self.name = name
         self.pattern = pattern
         self.durable_key = durable_key
@@ -99,10 +173,14 @@ class Queue:
         self._late = False
         for counter in _QUEUE_COUNTERS:
             setattr(self, counter, 0)
-        self.in_flight = 0
+        self._in_flight = 0
+        self.limits = limits
+        self.full = False
+        self._bytes = 0          # bytes of the waiting messages (S2.3)
+        self._waiters = {}       # producers blocked on this queue, in order
 
     def __repr__(self):
-        return (f"<Queue {self.name!r} depth={self.depth} in_flight={self.in_flight}"
+        return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
                 f" consumers={len(self._consumers)}>")
 
     # -- introspection ----------------------------------------------------------------
@@ -115,7 +193,24 @@ class Queue:
     @property
     def held(self):
         """Messages the queue is responsible for: waiting plus in flight."""
-        return self._count + len(self._parked) + self.in_flight
+        return self._count + len(self._parked) + self._in_flight
+
+    @property
+    def in_flight(self):
+        """Messages handed to consumers and not settled yet."""
+        return self._in_flight
+
+    @in_flight.setter
+    def in_flight(self, value):
+        # Consumer.settle lowers it: the one way a settlement reaches the queue.
+        self._in_flight = value
+        if self.full:
+            self._ease()
+
+    @property
+    def held_bytes(self):
+        """Bytes of the messages waiting (what C{max_bytes} limits)."""
+        return self._bytes
 
     @property
     def consumers(self):
@@ -125,15 +220,24 @@ class Queue:
     def stats(self):
         """A snapshot of the counters as a dict."""
         result = {name: getattr(self, name) for name in _QUEUE_COUNTERS}
-        result.update(depth=self.depth, held=self.held, in_flight=self.in_flight,
+        result.update(depth=self.depth, held=self.held, in_flight=self._in_flight,
                       consumers=len(self._consumers))
         return result
 
     # -- producing --------------------------------------------------------------------
 
     def publish(self, message):
-        """Enqueue C{message} and deliver it at once if a consumer has credit."""
+        """Enqueue C{message} and deliver it at once if a consumer has credit.
+
+        Counting it, the queue may become L{full}; it takes the message all the same
+        (the producer decides what a full queue means, S2.3).
+        """
         self.messages_in += 1
+        self._bytes += message.size
+        limits = self.limits
+        if (self._count + len(self._parked) + self._in_flight >= limits.full_count
+                or self._bytes >= limits.full_bytes):
+            self.full = True
         if self._selective:
             self._publish_selective(message)
             return
@@ -144,7 +248,7 @@ class Queue:
             if consumer.credit > 0:
                 expiry = message.expiry
                 if expiry is not None and expiry <= self._seconds():
-                    self.expired += 1
+                    self._expire(message)
                     ready.appendleft(consumer)
                     return
                 self._dispatching = True
@@ -226,7 +330,7 @@ class Queue:
                 consumer._in_ready = False
             except ValueError:
                 pass
-        self.in_flight -= len(pending)
+        self._in_flight -= len(pending)
         self._push_front(pending)
         if self._parked:
             self._unpark(consumer)
@@ -240,6 +344,7 @@ class Queue:
     def park(self, delivery, consumer):
         """Keep C{delivery} for any consumer except C{consumer} (undeliverable-here)."""
         delivery._avoid = consumer
+        self._bytes += delivery.message.size
         self._parked.append(delivery)
         self._park_gen += 1
         self.dispatch()
@@ -293,7 +398,7 @@ class Queue:
                 if now is None:
                     now = self._seconds()
                 if expiry <= now:
-                    self.expired += 1
+                    self._expire(message)
                     ready.appendleft(consumer)
                     continue
             self._hand(consumer, message, entry.delivery_count)
@@ -317,7 +422,7 @@ class Queue:
             parked._avoid = None
             expiry = parked.message.expiry
             if expiry is not None and expiry <= self._seconds():
-                self.expired += 1
+                self._expire(parked.message)
                 ready.appendleft(consumer)
                 continue
             self._hand(consumer, parked.message, parked.delivery_count)
@@ -344,7 +449,7 @@ class Queue:
                 self._let_late_in()
             expiry = message.expiry
             if expiry is not None and self._ready and expiry <= self._seconds():
-                self.expired += 1
+                self._expire(message)
                 return
             consumer = self._choose(message, None, None)
             if consumer is not None:
@@ -452,7 +557,7 @@ class Queue:
             message = entry.message if type(entry) is Delivery else entry
             expiry = message.expiry
             if expiry is not None and expiry <= now:
-                self.expired += 1
+                self._expire(message)
                 continue
             consumer = self._choose(message, entry._avoid if parked else None, credit)
             if consumer is None:
@@ -492,12 +597,57 @@ class Queue:
         # Book-keeping first: the target may settle or close re-entrantly.
         consumer.credit -= 1
         self.delivered += 1
+        self._bytes -= message.size
         if consumer.presettled:
             self.messages_out += 1
         else:
             consumer._unsettled[delivery] = True
-            self.in_flight += 1
+            self._in_flight += 1
+        if self.full:
+            self._ease()
         consumer.target.deliver(delivery)
+
+    # -- limits (S2.3, S2.7) ----------------------------------------------------------
+
+    def _expire(self, message):
+        self.expired += 1
+        self._bytes -= message.size
+        if self.full:
+            self._ease()
+
+    def _ease(self):
+        # Called when something left a full queue: below the low-water mark, it is no
+        # longer full and its waiting producers may go on.
+        limits = self.limits
+        if (self._count + len(self._parked) + self._in_flight < limits.low_count
+                and self._bytes < limits.low_bytes):
+            self._unblock()
+
+    def _unblock(self):
+        self.full = False
+        waiters, self._waiters = self._waiters, {}
+        for producer in waiters:
+            producer._eased(self)
+
+    def add_waiter(self, producer):
+        """Call C{producer._eased(self)} once this queue is no longer full."""
+        self._waiters[producer] = None
+
+    def remove_waiter(self, producer):
+        """Forget C{producer} (it closed)."""
+        self._waiters.pop(producer, None)
+
+    def limit_reached(self):
+        """A sentence naming this queue and the limit it has reached (for errors)."""
+        limits = self.limits
+        if self._bytes >= limits.full_bytes:
+            what = f"{self._bytes} bytes, its limit is {limits.max_bytes} (maxTotalMsgBytes)"
+        else:
+            what = f"{self.held} messages, its limit is {limits.max_count} (maxNumMsgs)"
+        if self.pattern is None:
+            return f"queue {self.name!r} is full: it holds {what}"
+        return (f"a subscription {self.name!r} of topic {self.pattern!r} is full:"
+                f" it holds {what}")
 
     # -- storage ----------------------------------------------------------------------
 
@@ -514,6 +664,7 @@ class Queue:
     def _push_front(self, deliveries):
         levels = self._levels
         for delivery in reversed(deliveries):
+            self._bytes += delivery.message.size
             priority = delivery.message.priority
             levels[priority].appendleft(delivery)
             if priority > self._hi:
@@ -536,10 +687,14 @@ class Queue:
             level.clear()
         self._parked = []
         self._count = 0
+        self._bytes = 0
         self._hi = -1
         for consumer in self._ready:
             consumer._in_ready = False
         self._ready.clear()
+        # Nothing waits for a queue that is gone: its producers learn of the deletion
+        # on their next send.
+        self._unblock()
 
 
 def _message_of(entry):
@@ -592,10 +747,13 @@ class Topic:
     Counters: C{messages_in} (published), C{messages_out} (copies enqueued on
     subscriptions), C{dropped} (published while no subscription matched, or none whose
     selector accepted it).
+
+    @ivar full: a subscription queue the last publish left full (S2.3: its producers
+        wait for it), or C{None}.
     """
 
     __slots__ = ("name", "temporary", "deleted", "messages_in", "messages_out",
-                 "dropped", "_index", "_gen", "_subs", "_selective")
+                 "dropped", "full", "_index", "_gen", "_subs", "_selective")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -604,6 +762,7 @@ class Topic:
         self.messages_in = 0
         self.messages_out = 0
         self.dropped = 0
+        self.full = None
         self._index = index
         self._gen = -1
         self._subs = ()
@@ -633,13 +792,18 @@ class Topic:
         subs = self._subs
         if self._selective:
             subs = _selected(subs, message)
+        full = None
         if not subs:
             self.dropped += 1
+            self.full = full
             return
         self.messages_out += len(subs)
         # A tuple snapshot: a subscriber closing re-entrantly cannot disturb the loop.
         for queue in subs:
             queue.publish(message)
+            if queue.full:
+                full = queue
+        self.full = full
 
     def stats(self):
         """A snapshot of the counters as a dict."""

@@ -8,8 +8,10 @@ What the glue decides:
 - who the peer is (SASL through the injected authenticator, S4.2);
 - what an attach means: a receiving link of the peer is a consumer on a destination, a
   sending link a producer (S2.1, S2.5); refusals follow Part 2 figure 2.33;
-- credit: a producer gets C{producer_credit} and is topped up at half (S2.7 will make
-  this follow the destination's limits); a consumer's AMQP credit is its core credit;
+- credit: a producer gets C{producer_credit} and is topped up at half, unless the core
+  says it is blocked by a full destination (S2.3, S2.7): then the top-up waits until the
+  destination drains (L{mqgate.core.broker.Producer.when_unblocked}); a consumer's AMQP
+  credit is its core credit;
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
   (ARCHITECTURE rule 3).
@@ -17,6 +19,7 @@ What the glue decides:
 No I/O here: the adapter feeds events in and writes what the engine has to say.
 """
 
+import functools
 
 from mqgate import __version__
 from mqgate.amqp import conditions as c
@@ -87,6 +90,7 @@ class AmqpBrokerSession(BrokerSession):
         super().__init__(*args, **kwargs)
         self.container_id = None
         self._links = set()   # links with a producer or consumer to clean up
+        self._withheld = set()   # producer links waiting for a full destination (S2.7)
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -231,6 +235,7 @@ class AmqpBrokerSession(BrokerSession):
             self._release(link, remove=event.closed)
 
     def _release(self, link, remove):
+        self._withheld.discard(link)
         context, link.context = link.context, None
         if context is None:
             return
@@ -267,8 +272,22 @@ class AmqpBrokerSession(BrokerSession):
             if not event.settled:
                 link.settle(event.delivery_id, _ACCEPTED)
         if link.credit <= self.config.producer_credit // 2 and \
-                link.state is LinkState.ATTACHED:
+                link.state is LinkState.ATTACHED and link not in self._withheld:
+            if producer.blocked:
+                # S2.7: a full destination withholds the producer's credit; what it
+                # has left bounds how far it overshoots the limit.
+                self._withheld.add(link)
+                producer.when_unblocked(functools.partial(self._restore_credit, link))
+            else:
+                link.flow(self.config.producer_credit)
+
+    def _restore_credit(self, link):
+        """The destination drained (called from the core, perhaps while another
+        connection is being served): top the producer's credit up again."""
+        self._withheld.discard(link)
+        if link.context is not None and link.state is LinkState.ATTACHED:
             link.flow(self.config.producer_credit)
+            self.request_flush()
 
     def _deliveries_settled(self, event):
         consumer = event.link.context

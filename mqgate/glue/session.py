@@ -21,18 +21,23 @@ class BrokerSession:
     @param request_flush: called when something the engine must write was produced
         outside the adapter's own C{dataReceived} (a login result, a delivery routed
         from another connection).
+    @param pause_reading: called to stop reading the peer's socket (S2.7: a producer
+        of this connection filled a destination); C{resume_reading} undoes it. Both
+        default to doing nothing.
     """
 
     log = Logger()
 
     def __init__(self, engine, broker, authenticator, clock, config, request_flush,
-                 peer="?"):
+                 peer="?", *, pause_reading=None, resume_reading=None):
         self.engine = engine
         self.broker = broker
         self.authenticator = authenticator
         self.clock = clock
         self.config = config
         self.request_flush = request_flush
+        self.pause_reading = pause_reading or _nothing
+        self.resume_reading = resume_reading or _nothing
         self.peer = peer
         self.principal = None
 
@@ -68,3 +73,7 @@ class BrokerSession:
             expiry=expiry, to=props.to, reply_to=props.reply_to,
             message_id=props.message_id, correlation_id=props.correlation_id,
             delivery_count=header.delivery_count or 0)
+
+
+def _nothing():
+    pass

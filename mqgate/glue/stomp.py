@@ -12,10 +12,15 @@ What STOMP means in broker terms:
   including the one named), NACK gives the message back for redelivery;
 - BEGIN/COMMIT/ABORT: sends and acks inside a transaction are held and take effect on
   COMMIT only;
-- every frame that asks for a receipt gets one after its effect is done.
+- every frame that asks for a receipt gets one after its effect is done;
+- a SEND that leaves its producer blocked by a full destination (S2.3, S2.7) stops the
+  reading of this client's socket until every blocked producer of the connection may go
+  on: STOMP has no credit, so TCP is the back-pressure. Frames already read are still
+  processed, and their receipts sent.
 """
 
 import collections
+import functools
 import itertools
 
 
@@ -116,6 +121,7 @@ class StompBrokerSession(BrokerSession):
         self.acks = {}           # ack id -> subscription
         self.transactions = {}   # transaction name -> [(kind, event)]
         self._producers = {}
+        self._blocked = set()    # producers waiting for a full destination (S2.7)
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
 
@@ -169,6 +175,7 @@ class StompBrokerSession(BrokerSession):
         for producer in self._producers.values():
             producer.close()
         self._producers = {}
+        self._blocked.clear()
         self.acks = {}
 
     def _receipt(self, event):
@@ -191,14 +198,31 @@ class StompBrokerSession(BrokerSession):
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
         encoded = frame_to_message(event.destination, event.headers, event.body)
         message = self.broker_message(encoded)
-        self._producer(event.destination).send(message)
+        producer = self._producer(event.destination)
+        producer.send(message)
+        if producer.blocked and producer not in self._blocked:
+            if not self._blocked:
+                self.pause_reading()
+            self._blocked.add(producer)
+            producer.when_unblocked(functools.partial(self._unblocked, producer))
+
+    def _unblocked(self, producer):
+        """A destination drained (called from the core): read again once no producer
+        of this connection is blocked."""
+        if producer not in self._blocked:
+            return
+        self._blocked.discard(producer)
+        if not self._blocked and not self.engine.finished:
+            self.resume_reading()
 
     def _producer(self, destination):
         producer = self._producers.get(destination)
         if producer is None:
             if len(self._producers) >= 1024:
                 # Bounded: a client naming ever new destinations must not grow this.
-                self._producers.pop(next(iter(self._producers))).close()
+                evicted = self._producers.pop(next(iter(self._producers)))
+                evicted.close()   # drops its callback: account for it here
+                self._unblocked(evicted)
             producer = self._producers[destination] = self.broker.open_producer(destination)
         return producer
 

@@ -37,7 +37,9 @@ class AmqpServerFactory(EngineFactory):
             idle_timeout=settings["mqgate.amqp.idle_timeout"],
             sasl_mechanisms=self.sasl_mechanisms, allow_no_sasl=self.allow_anonymous)
         glue = AmqpBrokerSession(engine, self.broker, self.authenticator, self.clock,
-                                 self.glue_config, protocol.request_flush, peer=protocol.peer)
+                                 self.glue_config, protocol.request_flush, peer=protocol.peer,
+                                 pause_reading=protocol.pause_reading,
+                                 resume_reading=protocol.resume_reading)
         return engine, glue
 
     def abandon(self, engine, why, description):

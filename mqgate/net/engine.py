@@ -14,6 +14,10 @@ The factory calls: C{shutdown} when the broker stops.
 The service's thread pool (L{mqgate.net.pool}, S1.6), when the factory has one, admits
 or refuses each connection and decides when its bytes are processed: C{process_inbound},
 C{pause_inbound}, C{resume_inbound}.
+The glue calls C{pause_reading}/C{resume_reading} when a producer of the connection is
+blocked by a full destination (S2.7). Either side may pause the socket: it is read again
+only when neither wants it paused (the reasons are kept in a set, so neither side's
+resume undoes the other's pause).
 """
 
 from twisted.internet.protocol import Factory, Protocol
@@ -22,6 +26,10 @@ from twisted.logger import Logger
 from mqgate.net.pool import RefusalGate
 
 __all__ = ["EngineProtocol", "EngineFactory", "Flusher"]
+
+# Why a connection's socket is paused (EngineProtocol._pauses).
+_POOL = "pool"
+_FLOW = "flow-control"
 
 
 class Flusher:
@@ -69,6 +77,7 @@ class EngineProtocol(Protocol):
         self._setup_deadline = None
         self._lane = None       # the pool's way in for our bytes (S1.6); None: direct
         self.refused = None     # why the pool had no room for us, or None
+        self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -95,11 +104,41 @@ class EngineProtocol(Protocol):
 
     def pause_inbound(self):
         """Stop reading the socket (the pool's back-pressure, S1.6)."""
-        self.transport.pauseProducing()
+        self._pause(_POOL)
 
     def resume_inbound(self):
-        """Read the socket again."""
-        self.transport.resumeProducing()
+        """Read the socket again, unless flow control still holds it (S2.7)."""
+        self._resume(_POOL)
+
+    def pause_reading(self):
+        """Stop reading the socket: a producer of ours filled a destination (S2.7)."""
+        self._pause(_FLOW)
+
+    def resume_reading(self):
+        """Read the socket again, unless the pool still holds it (S1.6)."""
+        self._resume(_FLOW)
+
+    @property
+    def reading_paused(self):
+        """C{True} while the pool or flow control keeps the socket unread."""
+        return bool(self._pauses)
+
+    def _pause(self, reason):
+        if not self._pauses and not self._gone():
+            self.transport.pauseProducing()
+        self._pauses.add(reason)
+
+    def _resume(self, reason):
+        if reason not in self._pauses:
+            return
+        self._pauses.discard(reason)
+        if not self._pauses and not self._gone():
+            self.transport.resumeProducing()
+
+    def _gone(self):
+        # A transport that is closing takes no more pause/resume (StringTransport even
+        # raises): nothing will be read from it anyway.
+        return self.transport is None or getattr(self.transport, "disconnecting", False)
 
     # -- the service's thread pool (S1.6) ------------------------------------------------
 

@@ -27,7 +27,8 @@ class StompServerFactory(EngineFactory):
                                  heartbeat=self.heartbeat)
         glue = StompBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                   self.glue_config, protocol.request_flush,
-                                  peer=protocol.peer)
+                                  peer=protocol.peer, pause_reading=protocol.pause_reading,
+                                  resume_reading=protocol.resume_reading)
         return engine, glue
 
     def abandon(self, engine, why, description):
