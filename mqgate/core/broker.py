@@ -16,9 +16,9 @@ from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NotAllowed, NotFound, canonical, is_pattern, resolve)
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
-from mqgate.core.destinations import (
-    FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, Queue, ResourceLimitExceeded,
-    SubscriptionIndex, Topic)
+from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
+from mqgate.core.limits import (
+    FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded)
 from mqgate.core.message import BrokerMessage
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.errors import ConfigError, LocalProtocolError
