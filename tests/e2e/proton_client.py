@@ -146,7 +146,11 @@ def receive_all(receiver, count, timeout=DEFAULT_TIMEOUT, settle="accept"):
     """
     messages = []
     for _ in range(count):
-        messages.append(receiver.receive(timeout=timeout))
+        message = receiver.receive(timeout=timeout)
+        if isinstance(message.body, memoryview):
+            # Proton's view over its own buffers: later I/O may reuse them (copy first).
+            message.body = bytes(message.body)
+        messages.append(message)
         if settle == "release":
             receiver.release(delivered=False)
         elif settle is not None:
