@@ -394,26 +394,22 @@ def _w_ushort(out, value):
     out += _u16.pack(value)
 
 
-def _w_uint(out, value):
-    if value == 0:
-        out.append(t.UINT0)
-    elif value < 256:
-        out.append(t.SMALLUINT)
-        out.append(value)
-    else:
-        out.append(t.UINT)
-        out += _u32.pack(value)
+def _unsigned(zero, small, wide, fmt):
+    """uint and ulong share a shape: a zero-width 0, a one-byte form, the full width."""
+    def write(out, value):
+        if value == 0:
+            out.append(zero)
+        elif value < 256:
+            out.append(small)
+            out.append(value)
+        else:
+            out.append(wide)
+            out += fmt.pack(value)
+    return write
 
 
-def _w_ulong(out, value):
-    if value == 0:
-        out.append(t.ULONG0)
-    elif value < 256:
-        out.append(t.SMALLULONG)
-        out.append(value)
-    else:
-        out.append(t.ULONG)
-        out += _u64.pack(value)
+_w_uint = _unsigned(t.UINT0, t.SMALLUINT, t.UINT, _u32)
+_w_ulong = _unsigned(t.ULONG0, t.SMALLULONG, t.ULONG, _u64)
 
 
 def _w_byte(out, value):
@@ -501,9 +497,9 @@ _w_string = _w_variable(t.STR8, t.STR32, lambda v: v.encode("utf-8"))
 _w_symbol = _w_variable(t.SYM8, t.SYM32, lambda v: v.encode("ascii"))
 
 
-def _compound_header(out, short_code, long_code, count, body):
+def _compound_header(out, short_code, long_code, count, body, wide=False):
     size = len(body)
-    if size + 1 <= 255 and count <= 255:
+    if not wide and size + 1 <= 255 and count <= 255:
         out.append(short_code)
         out.append(size + 1)
         out.append(count)
@@ -513,22 +509,30 @@ def _compound_header(out, short_code, long_code, count, body):
     out += body
 
 
-def _w_list(out, value):
-    if not value:
-        out.append(t.LIST0)
-        return
+def _list_body(value):
     body = bytearray()
     for item in value:
         encode_value(body, item)
-    _compound_header(out, t.LIST8, t.LIST32, len(value), body)
+    return body
 
 
-def _w_map(out, value):
+def _map_body(value):
     body = bytearray()
     for key, item in value.items():
         encode_value(body, key)
         encode_value(body, item)
-    _compound_header(out, t.MAP8, t.MAP32, 2 * len(value), body)
+    return body
+
+
+def _w_list(out, value, wide=False):
+    if not value and not wide:
+        out.append(t.LIST0)
+        return
+    _compound_header(out, t.LIST8, t.LIST32, len(value), _list_body(value), wide)
+
+
+def _w_map(out, value, wide=False):
+    _compound_header(out, t.MAP8, t.MAP32, 2 * len(value), _map_body(value), wide)
 
 
 def _w_described(out, value):
@@ -602,10 +606,13 @@ def _wide(code, fmt):
 
 
 def _wide_variable(code, to_bytes):
+    """A variable-width writer fixed to one constructor (arrays need one for all)."""
+    size = _u32 if code in _VARIABLE_4 else _u8
+
     def write(out, value):
         data = to_bytes(value)
         out.append(code)
-        out += _u32.pack(len(data)) if code & 0xF0 == 0xB0 else bytes([len(data)])
+        out += size.pack(len(data))
         out += data
     return write
 
@@ -625,28 +632,9 @@ _ELEMENT_WRITERS = {
     t.FLOAT: _wide(t.FLOAT, _f32), t.DOUBLE: _wide(t.DOUBLE, _f64),
     t.TIMESTAMP: _wide(t.TIMESTAMP, _i64),
     t.UUID: _w_uuid, t.CHAR: _w_char,
-    t.LIST32: lambda out, v: _w_list32(out, v),
-    t.MAP32: lambda out, v: _w_map32(out, v),
+    t.LIST32: lambda out, v: _w_list(out, v, wide=True),
+    t.MAP32: lambda out, v: _w_map(out, v, wide=True),
 }
-
-
-def _w_list32(out, value):
-    body = bytearray()
-    for item in value:
-        encode_value(body, item)
-    out.append(t.LIST32)
-    out += _u32u32.pack(len(body) + 4, len(value))
-    out += body
-
-
-def _w_map32(out, value):
-    body = bytearray()
-    for key, item in value.items():
-        encode_value(body, key)
-        encode_value(body, item)
-    out.append(t.MAP32)
-    out += _u32u32.pack(len(body) + 4, 2 * len(value))
-    out += body
 
 
 _ARRAY_INT_CODES = (

@@ -6,11 +6,9 @@ and its broker glue.
 from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import Connection
 from mqgate.glue.amqp import AmqpBrokerSession
-from mqgate.net.engine import EngineFactory, EngineProtocol, Flusher
+from mqgate.net.engine import EngineFactory, Flusher
 
-__all__ = ["AmqpServerFactory", "AmqpServerProtocol", "Flusher"]
-
-AmqpServerProtocol = EngineProtocol
+__all__ = ["AmqpServerFactory", "Flusher"]
 
 
 class AmqpServerFactory(EngineFactory):

@@ -1,4 +1,4 @@
-"""Tests for the Twisted AMQP adapter: AmqpServerProtocol, AmqpServerFactory, Flusher.
+"""Tests for the Twisted AMQP adapter: EngineProtocol with AmqpServerFactory, Flusher.
 
 Every connection here is a protocol on a StringTransport with a task.Clock; the peer is
 a client-side engine (style P12: no sockets, no reactor, no sleeps). Bytes move only when
@@ -26,7 +26,8 @@ from mqgate.amqp.types import Symbol
 from mqgate.config import Settings
 from mqgate.core.broker import Broker
 from mqgate.glue.amqp import GlueConfig
-from mqgate.net.amqp import AmqpServerFactory, AmqpServerProtocol, Flusher
+from mqgate.net.amqp import AmqpServerFactory, Flusher
+from mqgate.net.engine import EngineProtocol
 from mqgate.security.auth import AuthenticationFailed, Principal
 from tests.amqp.helpers import decode_stream, frame, performatives_of, raw_frame
 
@@ -198,7 +199,7 @@ def test_sasl_waits_for_the_authenticator_then_open_is_answered(harness):
     peer.pump()
     assert [e.ok for e in peer.events if isinstance(e, SaslCompleted)] == [True]
     assert [e for e in peer.events if isinstance(e, ConnectionOpened)]
-    assert isinstance(peer.protocol, AmqpServerProtocol)
+    assert isinstance(peer.protocol, EngineProtocol)
     assert peer.protocol.glue.principal == ADMIN
     assert not peer.transport.disconnecting
 
