@@ -256,47 +256,26 @@ class BrokerProcess:
 
     # -- stopping ---------------------------------------------------------------
 
-    def catches_sigterm(self):
-        """Whether the broker has installed its SIGTERM handler (Linux /proc).
-
-        twistd starts the services (which log "listening") *before* it runs the
-        reactor, and only the running reactor installs the signal handlers: a SIGTERM
-        in between kills the process with the default action (exit code -15)
-        instead of shutting it down. L{None} where /proc cannot tell.
-        """
-        try:
-            with open(f"/proc/{self._process.pid}/status", encoding="ascii") as f:
-                status = f.read()
-        except OSError:
-            return None
-        match = re.search(r"^SigCgt:\s*([0-9a-fA-F]+)", status, re.MULTILINE)
-        if match is None:
-            return None
-        return bool(int(match.group(1), 16) & (1 << (signal.SIGTERM - 1)))
-
     def wait_until_catching_sigterm(self, timeout=START_TIMEOUT):
-        """Wait until L{catches_sigterm} is true (or unknowable), or the broker exits.
+        """Wait until the broker handles SIGTERM itself, or it exits.
 
-        This polls /proc, which is waiting on the broker's state with a deadline; the
-        broker logs nothing at the moment its reactor starts running.
+        The broker installs its SIGTERM handler once the reactor runs and then logs
+        "mqgate ready"; waiting for that line is waiting on the event itself.
 
         @raise BrokerError: neither happened within C{timeout} seconds.
         """
-        deadline = time.monotonic() + timeout
-        while self._process.poll() is None:
-            if self.catches_sigterm() is not False:
-                return
-            if time.monotonic() > deadline:
-                raise BrokerError(
-                    f"broker installed no SIGTERM handler within {timeout} s",
-                    self.output)
-            time.sleep(0.01)
+        try:
+            self.wait_for_line(r"mqgate ready", timeout)
+        except BrokerError:
+            if self._process.poll() is None:
+                raise  # still running and never ready: worth saying
 
     def terminate(self, timeout=STOP_TIMEOUT):
         """SIGTERM (an orderly shutdown, S0.4), then wait; return the exit code.
 
-        The signal is sent once the broker handles it (L{catches_sigterm}), so an
-        early terminate still means "shut down cleanly", never "die".
+        The signal is sent once the broker handles it (twistd binds the ports before
+        the reactor runs and installs signal handlers; a SIGTERM in between would kill
+        it), so an early terminate still means "shut down cleanly", never "die".
 
         @raise BrokerError: the broker did not exit within C{timeout} (it is then
             left running for L{kill}, which the fixtures always call).
