@@ -32,3 +32,29 @@ def pytest_collection_modifyitems(config, items):
 def repo_root():
     """The checkout's root directory, as a ``pathlib.Path``."""
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A throw-away PostgreSQL server for the session (tests/pgcluster.py; S3.5).
+
+    Started only when a test asks for it, stopped and removed at the end. Without the
+    server binaries the test is skipped, or fails under CI / ``make test``
+    (``MQGATE_REQUIRE_POSTGRES=1``), where the Makefile installs them.
+    """
+    from tests.pgcluster import PostgresCluster, PostgresUnavailable, postgres_required
+    try:
+        cluster = PostgresCluster().start()
+    except PostgresUnavailable as e:
+        if postgres_required():
+            pytest.fail(f"PostgreSQL is required here but unavailable: {e}",
+                        pytrace=False)
+        pytest.skip(f"PostgreSQL unavailable: {e}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres_cluster):
+    """A libpq connection string (no password) to a fresh, empty database."""
+    return postgres_cluster.dsn(postgres_cluster.create_database())
