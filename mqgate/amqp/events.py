@@ -10,7 +10,7 @@ from dataclasses import dataclass
 __all__ = [
     "AuthenticationRequested", "SaslCompleted", "ConnectionOpened", "ConnectionClosed",
     "SessionBegun", "SessionEnded", "LinkAttached", "LinkDetached", "CreditGranted",
-    "MessageReceived", "DeliveriesSettled", "TransferAborted",
+    "MessageReceived", "DeliveriesSettled", "TransferAborted", "IngressRefused",
 ]
 
 
@@ -95,6 +95,16 @@ class MessageReceived:
     settled: bool
     payload: bytes
     state: object
+
+
+@dataclass(frozen=True, slots=True)
+class IngressRefused:
+    """S9.5: a message on C{link} passed its ingress limit (C{size} > C{limit} bytes;
+    C{guaranteed} or direct); the engine is closing the connection."""
+    link: object
+    size: int
+    limit: int
+    guaranteed: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,12 @@ import enum
 
 from mqgate.amqp import conditions as c
 from mqgate.amqp.conditions import AmqpLocalError, AmqpRemoteError
+from mqgate.amqp.message import declares_durable
 from mqgate.amqp.performatives import (
     RCV_FIRST, SENDER, SND_MIXED, SND_SETTLED, Accepted, Attach, Detach, Error,
 )
 
-__all__ = ["Link", "LinkState"]
+__all__ = ["Link", "LinkState", "MessageTooBig"]
 
 _MASK = 0xFFFFFFFF
 
@@ -60,6 +61,10 @@ class Link:
         self.drain = False
         self.available = 0
         self.max_message_size = None
+        # S9.5: (guaranteed, direct) byte limits on one incoming message, or None. Unlike
+        # max-message-size (a link detach), a message over these ends the connection.
+        self.ingress_limits = None
+        self._ingress_limit = None   # (limit, guaranteed) of the delivery in progress
         self.context = None
         # Assembly of a multi-frame incoming delivery (section 2.6.14).
         self._partial = None
@@ -231,6 +236,10 @@ class Link:
                                       c.INVALID_FIELD)
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & _MASK
+            if self.ingress_limits is not None:
+                self._ingress_limit = self._limit_for(transfer, payload)
+                if len(payload) > self._ingress_limit[0]:
+                    raise MessageTooBig(self, len(payload), *self._ingress_limit)
             if not transfer.more and not transfer.aborted:
                 if self.max_message_size and len(payload) > self.max_message_size:
                     raise _TooBig(self, len(payload), self.max_message_size)
@@ -245,6 +254,9 @@ class Link:
             return ("aborted", first.delivery_id)
         self._partial.append(bytes(payload))
         self._partial_size += len(payload)
+        if self.ingress_limits is not None and self._partial_size > self._ingress_limit[0]:
+            self._partial = None
+            raise MessageTooBig(self, self._partial_size, *self._ingress_limit)
         limit = self.max_message_size
         if limit and self._partial_size > limit:
             raise _TooBig(self, self._partial_size, limit)
@@ -256,6 +268,13 @@ class Link:
         settled = bool(transfer.settled) or bool(first.settled)
         return first.delivery_id, first.delivery_tag, settled, data, transfer.state
 
+    def _limit_for(self, transfer, payload):
+        # A pre-settled, non-durable message is direct; anything else is guaranteed.
+        guaranteed_max, direct_max = self.ingress_limits
+        if transfer.settled and not declares_durable(payload):
+            return direct_max, False
+        return guaranteed_max, True
+
     @property
     def partial_size(self):
         """Bytes of a multi-frame delivery received so far (0 when none is in progress)."""
@@ -264,6 +283,27 @@ class Link:
 
 class LinkError(AmqpRemoteError):
     """The peer broke a rule of one link: that link is detached, the rest goes on."""
+
+
+class MessageTooBig(AmqpRemoteError):
+    """S9.5: an incoming message grew beyond the ingress limit of its class. The
+    connection is closed (CLIENT_CLIENT_MESSAGE_TOO_BIG), not only the link.
+
+    @ivar size: bytes received when the limit was passed.
+    @ivar limit: the limit.
+    @ivar guaranteed: whether the message was guaranteed (else direct).
+    """
+
+    def __init__(self, link, size, limit, guaranteed):
+        kind = "guaranteed" if guaranteed else "direct"
+        super().__init__(
+            f"CLIENT_CLIENT_MESSAGE_TOO_BIG: a {kind} message of more than {limit} bytes "
+            f"on link {link.name!r}; the broker takes {kind} messages of at most {limit} "
+            f"bytes", c.MESSAGE_SIZE_EXCEEDED)
+        self.link = link
+        self.size = size
+        self.limit = limit
+        self.guaranteed = guaranteed
 
 
 class _TooBig(LinkError):

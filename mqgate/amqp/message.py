@@ -20,7 +20,7 @@ from mqgate.amqp.codec import DecodeError
 from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
 
-__all__ = ["EncodedMessage", "parse_message", "build_message", "encode_message", "Header",
+__all__ = ["EncodedMessage", "declares_durable", "parse_message", "build_message", "encode_message", "Header",
            "Properties"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
@@ -179,6 +179,41 @@ _KNOWN_SECTIONS = frozenset(range(HEADER, FOOTER + 1))
 def _section_value(data, pos):
     _code, value_start = _section_code(data, pos)
     return codec.decode(data, value_start)[0]
+
+
+def declares_durable(data):
+    """Whether a message's first bytes carry a header with C{durable=true}.
+
+    Read from the first transfer frame, before the rest of a large message arrives
+    (S9.5 tells a guaranteed message from a direct one as frames arrive). Anything this
+    cannot read at once (no header, an unusual encoding) counts as not durable; the
+    full parse later is the one that matters for routing.
+    """
+    try:
+        if len(data) < 4 or data[0] != 0x00:
+            return False
+        code, pos = _section_code(data, 0)
+        if code != HEADER:
+            return False
+        constructor = data[pos]
+        if constructor == 0x45:          # list0: every field at its default (false)
+            return False
+        if constructor == 0xC0:          # list8: size, count, then the fields
+            count, first = data[pos + 2], pos + 3
+        elif constructor == 0xD0:        # list32
+            count, first = int.from_bytes(data[pos + 5:pos + 9], "big"), pos + 9
+        else:
+            return False
+        if count == 0:
+            return False
+        marker = data[first]
+        if marker == 0x41:               # true
+            return True
+        if marker == 0x56:               # boolean with a byte
+            return data[first + 1] != 0
+        return False
+    except (IndexError, DecodeError):
+        return False
 
 
 def parse_message(data):

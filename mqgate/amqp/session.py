@@ -21,10 +21,10 @@ from mqgate.amqp import conditions as c
 from mqgate.amqp.codec import encode_as
 from mqgate.amqp.conditions import AmqpLocalError, AmqpRemoteError
 from mqgate.amqp.events import (
-    CreditGranted, DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived,
-    SessionEnded, TransferAborted,
+    CreditGranted, DeliveriesSettled, IngressRefused, LinkAttached, LinkDetached,
+    MessageReceived, SessionEnded, TransferAborted,
 )
-from mqgate.amqp.link import Link, LinkError, LinkState
+from mqgate.amqp.link import Link, LinkError, LinkState, MessageTooBig
 from mqgate.amqp.performatives import (
     RECEIVER, SENDER, Begin, Disposition, End, Error, Flow, Transfer,
 )
@@ -337,6 +337,11 @@ class Session:
             return  # the rest of a delivery we refused: the peer has not seen our detach yet
         try:
             done = link.on_transfer(transfer, payload)
+        except MessageTooBig as error:
+            # Said as an event before the connection closes, so the glue can log and
+            # count it (S9.5); the connection's error handling then closes.
+            events.append(IngressRefused(link, error.size, error.limit, error.guaranteed))
+            raise
         except LinkError as error:
             # A link-level error ends the link, not the session or the connection
             # (Part 2 section 2.8.18; FACTS section 5, link errors detach).

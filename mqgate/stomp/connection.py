@@ -31,10 +31,11 @@ This engine is the server side only; tests drive it with hand-written client fra
 import enum
 
 from mqgate.errors import ConfigError
-from mqgate.stomp.errors import StompError, StompLocalError, StompProtocolError
+from mqgate.stomp.errors import (
+    MessageTooBig, StompError, StompLocalError, StompProtocolError)
 from mqgate.stomp.events import (
-    Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, Nack, Send, Subscribe,
-    Unsubscribe,
+    Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
+    Subscribe, Unsubscribe,
 )
 from mqgate.stomp.frames import DEFAULT_LIMITS, HEARTBEAT, VERSIONS, FrameParser, encode_frame
 
@@ -140,6 +141,8 @@ class StompConnection:
         try:
             self._process(self._parser.feed(data), events)
         except StompError as error:
+            if isinstance(error, MessageTooBig):
+                events.append(IngressRefused(error.size, error.limit, error.guaranteed))
             self._fail(error)
         return events
 

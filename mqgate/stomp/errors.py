@@ -16,7 +16,8 @@ C{condition}, which is what that class's docstring promises for STOMP.
 
 from mqgate.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
-__all__ = ["StompError", "FrameError", "StompProtocolError", "StompLocalError"]
+__all__ = ["StompError", "FrameError", "MessageTooBig", "StompProtocolError",
+           "StompLocalError"]
 
 
 class StompError(ProtocolError):
@@ -46,6 +47,27 @@ class FrameError(StompError, RemoteProtocolError):
 
     The stream cannot be trusted after this: the connection ends (S10.4).
     """
+
+
+class MessageTooBig(FrameError):
+    """S9.5: a SEND's body passed the ingress limit of its class (persistent:true is
+    guaranteed, anything else direct): CLIENT_CLIENT_MESSAGE_TOO_BIG, and the
+    connection ends.
+
+    @ivar size: the body size declared or read so far when the limit was passed.
+    @ivar limit: the limit.
+    @ivar guaranteed: whether the SEND was persistent.
+    """
+
+    def __init__(self, size, limit, guaranteed):
+        kind = "guaranteed (persistent)" if guaranteed else "direct"
+        super().__init__(
+            "CLIENT_CLIENT_MESSAGE_TOO_BIG",
+            f"a {kind} message of more than {limit} bytes; the broker takes {kind} "
+            f"messages of at most {limit} bytes")
+        self.size = size
+        self.limit = limit
+        self.guaranteed = guaranteed
 
 
 class StompProtocolError(StompError, RemoteProtocolError):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ConnectRequested", "Send", "Subscribe", "Unsubscribe", "Ack", "Nack", "Begin",
-    "Commit", "Abort", "Disconnect",
+    "Commit", "Abort", "Disconnect", "IngressRefused",
 ]
 
 
@@ -118,3 +118,12 @@ class Disconnect:
     Without one, the engine is finished at once.
     """
     receipt: object
+
+
+@dataclass(frozen=True, slots=True)
+class IngressRefused:
+    """S9.5: a SEND passed its ingress limit (C{size} > C{limit} bytes; C{guaranteed}
+    when persistent); the engine sent an ERROR and is finished."""
+    size: int
+    limit: int
+    guaranteed: bool

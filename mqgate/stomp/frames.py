@@ -39,7 +39,7 @@ make us buffer more than one limit's worth before it is told off.
 import re
 from dataclasses import dataclass, field
 
-from mqgate.stomp.errors import FrameError
+from mqgate.stomp.errors import FrameError, MessageTooBig
 
 __all__ = [
     "Frame", "FrameParser", "FrameLimits", "Heartbeat", "HEARTBEAT", "DEFAULT_LIMITS",
@@ -69,11 +69,15 @@ class FrameLimits:
         properties, and bounds what a partial line can make us hold.
     @ivar max_command_line: octets in the command line. The longest command is 11
         octets; 1 KiB is only there so that garbage without a newline is refused early.
+    @ivar max_guaranteed_size: octets in the body of a persistent SEND (S9.5: 30 MB by
+        default, set by the broker), or None for C{max_body_size}. A SEND over its
+        limit raises L{MessageTooBig}.
     """
     max_body_size: int = 64 * 1024 * 1024
     max_headers: int = 256
     max_header_line: int = 8192
     max_command_line: int = 1024
+    max_guaranteed_size: int | None = None
 
 
 DEFAULT_LIMITS = FrameLimits()
@@ -229,6 +233,8 @@ class FrameParser:
         self._command = None
         self._headers = []
         self._length = None         # content-length of the frame being read, or None
+        self._limit = limits.max_body_size   # body limit of the frame being read
+        self._guaranteed = False             # ... which is a persistent SEND
         self._unescape = None
 
     def feed(self, data):
@@ -364,24 +370,35 @@ class FrameParser:
 
     def _start_body(self):
         self._state = _BODY
+        self._limit = self.limits.max_body_size
+        self._guaranteed = False
+        if self._command == "SEND" and self.limits.max_guaranteed_size is not None:
+            # First header wins (1.2), as everywhere else.
+            persistent = next((v for n, v in self._headers if n == "persistent"), None)
+            if persistent == "true":
+                self._guaranteed = True
+                self._limit = self.limits.max_guaranteed_size
         for name, value in self._headers:
             if name == "content-length":
                 self._length = self._content_length(value)
                 break
 
     def _content_length(self, value):
-        limit = self.limits.max_body_size
+        limit = self._limit
         if not (value.isascii() and value.isdigit()):
             raise FrameError("malformed frame",
                              f"content-length {value[:40]!r} is not a number of octets")
         # Length check before int(): a 5000-digit number must not reach int() (which
         # refuses more than 4300 digits) or anything else.
         if len(value) > len(str(limit)) or int(value) > limit:
-            raise self._too_big()
+            raise self._too_big(int(value) if len(value) <= 20 else None)
         return int(value)
 
-    def _too_big(self):
-        limit = self.limits.max_body_size
+    def _too_big(self, size=None):
+        limit = self._limit
+        if self._command == "SEND":
+            return MessageTooBig(size if size is not None else limit + 1, limit,
+                                 self._guaranteed)
         return FrameError(f"frame body longer than {limit} bytes",
                           f"the {self._command} frame's body exceeds the limit of "
                           f"{limit} bytes")
@@ -400,11 +417,11 @@ class FrameParser:
             return end
         end = buf.find(_NUL, max(pos, self._scan))
         if end < 0:
-            if len(buf) - pos > self.limits.max_body_size:
-                raise self._too_big()
+            if len(buf) - pos > self._limit:
+                raise self._too_big(len(buf) - pos)
             self._scan = len(buf)
-        elif end - pos > self.limits.max_body_size:
-            raise self._too_big()
+        elif end - pos > self._limit:
+            raise self._too_big(end - pos)
         return end
 
     def _emit(self, body, out):

@@ -5,10 +5,11 @@ import pytest
 
 from mqgate.amqp.conditions import AmqpLocalError
 from mqgate.amqp.events import (
-    ConnectionClosed, CreditGranted, DeliveriesSettled, LinkAttached, LinkDetached,
-    MessageReceived, SessionBegun, SessionEnded, TransferAborted,
+    ConnectionClosed, CreditGranted, DeliveriesSettled, IngressRefused, LinkAttached,
+    LinkDetached, MessageReceived, SessionBegun, SessionEnded, TransferAborted,
 )
 from mqgate.amqp.link import LinkState
+from mqgate.amqp.message import Header, encode_message
 from mqgate.amqp.performatives import (
     RECEIVER, SENDER, SND_SETTLED, SND_UNSETTLED, Accepted, Attach, Detach, Disposition,
     Error, Flow, Modified, Rejected, Released, Source, Target, Transfer,
@@ -671,3 +672,53 @@ def test_frames_decode_as_written():
         sender.handle, b"T", False, False)
     assert payload == b"payload"
     assert channel == sender.session.channel
+
+
+# -- S9.5 ingress limits ---------------------------------------------------------------------
+
+def _ingress_pair(max_frame_size=None):
+    pair = EnginePair(server_kwargs={"max_frame_size": max_frame_size}).handshake() \
+        if max_frame_size else None
+    kwargs = {"pair": pair} if pair is not None else {}
+    pair, sender, receiver = link_pair(SENDER, credit=4, **kwargs)
+    receiver.ingress_limits = (3000, 6000)    # guaranteed, direct
+    return pair, sender, receiver
+
+
+@pytest.mark.parametrize("durable,settled,size,refused", [
+    (True, False, 3001, True),     # guaranteed over 3000
+    (True, False, 2900, False),
+    (True, True, 3500, True),      # pre-settled but durable: still guaranteed
+    (False, False, 3500, True),    # unsettled: guaranteed
+    (False, True, 3500, False),    # direct: up to 6000
+    (False, True, 6500, True),
+])
+def test_ingress_limit_by_class(durable, settled, size, refused):
+    """S9.5: a message over the limit of its class (guaranteed = durable or unsettled,
+    direct = pre-settled and not durable) closes the connection with
+    CLIENT_CLIENT_MESSAGE_TOO_BIG and an IngressRefused event; smaller ones arrive."""
+    pair, sender, receiver = _ingress_pair()
+    payload = encode_message(bytes(size), header=Header(durable=durable))
+    sender.send(payload, settled=settled)
+    server_events, client_events = pair.pump()
+    if not refused:
+        assert [e.payload for e in of(server_events, MessageReceived)] == [payload]
+        return
+    assert not of(server_events, MessageReceived)
+    [event] = of(server_events, IngressRefused)
+    assert (event.link, event.limit, event.guaranteed) == (
+        receiver, 3000 if (durable or not settled) else 6000, durable or not settled)
+    [closed] = of(client_events, ConnectionClosed)
+    assert closed.error.condition == Symbol("amqp:link:message-size-exceeded")
+    assert closed.error.description.startswith("CLIENT_CLIENT_MESSAGE_TOO_BIG")
+
+
+def test_ingress_limit_is_checked_as_frames_arrive():
+    """S9.5: a multi-frame guaranteed message is refused once the frames received pass
+    the limit, before the rest is buffered."""
+    pair, sender, receiver = _ingress_pair(max_frame_size=512)
+    sender.send(encode_message(bytes(50_000), header=Header(durable=True)), settled=False)
+    server_events, _ = pair.pump()
+    [event] = of(server_events, IngressRefused)
+    assert 3000 < event.size <= 3000 + 512
+    assert pair.server.finished

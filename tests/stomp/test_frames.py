@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mqgate.stomp.errors import FrameError
+from mqgate.stomp.errors import FrameError, MessageTooBig
 from mqgate.stomp.frames import (
     HEARTBEAT, Frame, FrameLimits, FrameParser, encode_frame, serialize,
 )
@@ -341,18 +341,22 @@ def test_body_limit_without_content_length_is_detected_as_bytes_arrive():
     """P5, S9.5: a body without NUL past the limit fails before the rest is buffered."""
     fed, error = feed_until_error(FrameParser("1.2", SMALL), b"SEND\n\n", b"b" * 10, 100_000)
     assert fed <= len(b"SEND\n\n") + 110
-    assert error.message == "frame body longer than 100 bytes"
+    # S9.5: a SEND over the limit is the CLIENT_CLIENT_MESSAGE_TOO_BIG event.
+    assert error.message == "CLIENT_CLIENT_MESSAGE_TOO_BIG"
+    assert "at most 100 bytes" in error.detail
 
 
 def test_body_limit_with_content_length_fails_before_the_body():
     """P5, S9.5: a content-length over the limit fails as soon as the headers end."""
-    with pytest.raises(FrameError, match="frame body longer than 100 bytes"):
+    with pytest.raises(MessageTooBig) as caught:
         FrameParser("1.2", SMALL).feed(b"SEND\ncontent-length:101\n\n")
+    assert (caught.value.size, caught.value.limit, caught.value.guaranteed) == \
+        (101, 100, False)
 
 
 def test_huge_content_length_is_a_limit_error():
     """P5: a content-length with thousands of digits is refused as too big, nothing else."""
-    with pytest.raises(FrameError, match="frame body longer than"):
+    with pytest.raises(MessageTooBig):
         FrameParser("1.2").feed(b"SEND\ncontent-length:" + b"9" * 5000 + b"\n\n")
 
 
@@ -367,3 +371,20 @@ def test_body_at_the_limit_is_accepted():
 def test_default_limits():
     """P5, S9.5: the defaults are 64 MiB bodies, 256 headers, 8 KiB header lines, 1 KiB command."""
     assert FrameLimits() == FrameLimits(64 * 1024 * 1024, 256, 8192, 1024)
+
+
+@pytest.mark.parametrize("persistent,size,refused", [
+    (b"persistent:true\n", 60, True), (b"persistent:true\n", 50, False),
+    (b"", 60, False), (b"persistent:false\n", 101, True)])
+def test_send_limit_by_class(persistent, size, refused):
+    """S9.5: a persistent SEND is held to the guaranteed limit, any other SEND to the
+    direct one (max_body_size); with or without content-length."""
+    limits = FrameLimits(max_body_size=100, max_guaranteed_size=50)
+    for length in (b"", b"content-length:%d\n" % size):
+        raw = b"SEND\n" + persistent + length + b"\n" + b"x" * size + b"\x00"
+        if refused:
+            with pytest.raises(MessageTooBig) as caught:
+                FrameParser("1.2", limits).feed(raw)
+            assert caught.value.guaranteed == (persistent == b"persistent:true\n")
+        else:
+            assert len(FrameParser("1.2", limits).feed(raw)[0].body) == size
