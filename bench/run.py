@@ -4,8 +4,9 @@ First the scripts that need no broker (bench/core_bench.py: the core alone, in
 process), then the AMQP queue scenarios of bench/amqp_throughput.py (Proton clients) and
 of bench/amqp_engine_throughput.py (clients built on mqgate's own AMQP engine, a lean
 load generator that does not saturate before the broker does), the AMQP fan-out
-of bench/fanout.py, the STOMP queue scenarios of bench/stomp_throughput.py and the
-STOMP fan-out, each on a new broker.
+of bench/fanout.py, the STOMP queue scenarios of bench/stomp_throughput.py, the
+STOMP fan-out and the persistent scenarios of bench/persistent.py (each store, sync on
+and off, 1 and 10 producers: messages/s and fsyncs/s), each on a new broker.
 Every scenario prints one JSON line to stdout; the lines are
 also appended to ``bench/results/<UTC time>.jsonl`` (ignored by git) so that runs can
 be compared later. The exit code is 1 if any scenario failed; a failed scenario's
@@ -33,6 +34,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import amqp_engine_throughput  # noqa: E402
 import amqp_throughput  # noqa: E402
 import fanout  # noqa: E402
+import persistent  # noqa: E402
 import stomp_throughput  # noqa: E402
 
 
@@ -54,6 +56,8 @@ SCENARIOS = (
        for mode in stomp_throughput.SCENARIOS]
     + [(fanout.scenario_name("stomp", fanout.DEFAULT_CONSUMERS), fanout, "stomp",
         fanout.options_from)]
+    + [(name, persistent, name, persistent.options_from)
+       for name in persistent.SCENARIOS]
 )
 
 #: Benchmarks that run as their own script and print their own JSON lines; they

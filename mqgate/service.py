@@ -10,13 +10,24 @@ import os
 import signal
 
 from twisted.application import service
+from twisted.internet import defer
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from mqgate import __version__
 from mqgate.config.schema import SERVICES
 from mqgate.core.broker import Broker, CoreConfig
+from mqgate.amqp.message import parse_message
+from mqgate.core.persistence import Persistence
+from mqgate.glue.session import BrokerSession
+from mqgate.store.factory import open_store
+from mqgate.admin.requests import AdminContext, AdminRequests
+from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
+from mqgate.egress.clients import ClientRegistry
+from mqgate.egress.profiles import PREFIX as CLIENT_PROFILE_PREFIX, profiles_from_settings
 from mqgate.glue.amqp import GlueConfig
+from mqgate.glue.egress import EgressContext
+from mqgate.net.loadwatch import LoadFactorService
 from mqgate import sniff
 from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.amqp import AmqpServerFactory, Flusher
@@ -45,7 +56,17 @@ _RUNNABLE = ("jms", "admin", "stomp", "ssljms", "ssladmin")
 
 
 class BrokerService(service.MultiService):
-    """The whole broker: says hello and goodbye, and holds what the children share."""
+    """The whole broker: says hello and goodbye, and holds what the children share.
+
+    With a L{store_service}, starting is: recover the store and rebuild the broker from
+    it (S3.1), then start the children, listeners included, so that no client connects
+    to a half-recovered broker; stopping is: stop the children (connections closed),
+    then close the store (ARCHITECTURE rule 6).
+
+    @ivar store_service: the L{mqgate.store.factory.StoreService}, or C{None}.
+    """
+
+    store_service = None
 
     def __init__(self, settings, broker, flusher, reactor):
         super().__init__()
@@ -54,13 +75,42 @@ class BrokerService(service.MultiService):
         self.flusher = flusher
         self._reactor = reactor
         self.pools = {}   # service name -> its ServicePool (S1.6), for admin and metrics
+        self.egress = None   # the EgressContext: clients, profiles, event counts (S9)
 
     def startService(self):
         log.info("mqgate {version} starting: instance {instance}, data in {home}",
                  version=__version__, instance=self.settings.instance,
                  home=self.settings.instance_dir)
-        super().startService()
         self._reactor.callWhenRunning(self._running)
+        if self.store_service is None:
+            super().startService()
+            self._started = defer.succeed(None)
+            return
+        # twistd calls this before the reactor runs: the file store recovers inline
+        # (the Deferred has fired when recover() returns), a store that needs the
+        # reactor recovers once it runs, and the listeners start after either way.
+        service.Service.startService(self)
+        d = self._started = self.store_service.recover()
+        d.addCallback(self._recovered)
+        d.addCallbacks(lambda _: super(BrokerService, self).startService(),
+                       self._not_recovered)
+
+    def _recovered(self, recovered):
+        summary = self.broker.persistence.restore(self.broker, recovered)
+        log.info("recovered {messages} persistent messages in {holding} destinations "
+                 "({destinations} destinations, {durables} durable subscriptions) from "
+                 "the {store}", messages=summary.messages, holding=summary.holding,
+                 destinations=summary.destinations, durables=summary.durables,
+                 store=self.store_service.description)
+        for warning in summary.warnings:
+            log.warn("store recovery: {warning}", warning=warning)
+
+    def _not_recovered(self, failure):
+        self._unrecovered = True
+        log.critical("mqgate cannot start: recovering the {store} failed: {why}",
+                     store=self.store_service.description, why=failure.getErrorMessage(),
+                     log_failure=failure)
+        self._reactor.callWhenRunning(self._reactor.stop)
 
     def _running(self):
         # SIGTERM is how operators and init systems ask for an orderly stop (S0.4), so
@@ -68,7 +118,13 @@ class BrokerService(service.MultiService):
         # after shutdown and make every clean stop look like a kill. Installed once the
         # reactor runs, after Twisted's handlers, so it replaces them for SIGTERM only.
         signal.signal(signal.SIGTERM, self._sigterm)
-        log.info("mqgate ready")
+        if self.store_service is not None:
+            self.store_service.reactor_running()
+        self._started.addCallback(self._ready)
+
+    def _ready(self, _):
+        if not getattr(self, "_unrecovered", False):
+            log.info("mqgate ready")
 
     def _sigterm(self, signum, frame):
         self._reactor.callFromThread(self._reactor.stop)
@@ -76,6 +132,9 @@ class BrokerService(service.MultiService):
     def stopService(self):
         log.info("mqgate stopping: closing connections")
         d = super().stopService()
+
+        if self.store_service is not None:
+            d.addBoth(self._close_store)
 
         def stopped(result):
             self.flusher.stop()
@@ -87,10 +146,37 @@ class BrokerService(service.MultiService):
         return d.addBoth(stopped)
 
 
+    def _close_store(self, result):
+        # After the children: no connection is left to use the store (rule 6).
+        d = self.store_service.stopService()
+        return d.addBoth(lambda _: result)
+
+
 def _instance_dir(settings):
     path = settings.instance_dir
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
+
+
+def _stored_bytes(message):
+    """What the store keeps of a persistent message: its encoded AMQP bytes (STOMP
+    messages are converted to that form at the edge, ARCHITECTURE rule 2)."""
+    return message.payload.data
+
+
+class _StoredMessages:
+    """Rebuilds a stored message at recovery exactly as the glue built it on arrival.
+
+    The header's ttl counts again from the restart; an absolute expiry time is kept.
+    """
+
+    broker_message = BrokerSession.broker_message
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __call__(self, data):
+        return self.broker_message(parse_message(data))
 
 
 def _authenticator(settings, reactor):
@@ -111,20 +197,34 @@ def _authenticator(settings, reactor):
 def build_broker(settings, reactor):
     """Build the broker's MultiService from C{settings}; C{reactor} is the clock and I/O."""
     _instance_dir(settings)
+    store_service = open_store(settings, reactor)   # S3.2; recovered in startService
     broker = Broker(reactor, CoreConfig(
         autocreate_queue=settings["mqgate.autocreate.queue"],
         autocreate_topic=settings["mqgate.autocreate.topic"],
         default_type=settings["mqgate.destination.default_type"],
         max_num_msgs=settings["mqgate.autocreate.destination.maxNumMsgs"],
         max_total_msg_bytes=settings["mqgate.autocreate.destination.maxTotalMsgBytes"],
-        limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"]))
+        limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"]),
+        persistence=Persistence(store_service.store, _stored_bytes, _StoredMessages(reactor)))
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
+    top.store_service = store_service
     registry = ServiceRegistry()
     _port_mapper(settings, reactor, registry).setServiceParent(top)
+    # S9.7: the connected clients (each logged-in connection registers) and the
+    # client profiles; the admin service's show commands read both (S11.1).
+    clients = ClientRegistry()
+    profiles = profiles_from_settings(settings.family(CLIENT_PROFILE_PREFIX))
+    admin_requests = AdminRequests(AdminContext(broker, clients, profiles), SHOW_COMMANDS)
+    egress = top.egress = EgressContext(
+        reactor, clients=clients, profiles=profiles,
+        slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,
+        ingress_limits=(settings["mqgate.ingress.guaranteed.max_message_size"],
+                        settings["mqgate.ingress.direct.max_message_size"]))
     shared = dict(settings=settings, broker=broker, authenticator=authenticator,
-                  reactor=reactor, flusher=flusher)
+                  reactor=reactor, flusher=flusher, admin_requests=admin_requests,
+                  egress=egress)
     services = []
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
@@ -145,6 +245,7 @@ def build_broker(settings, reactor):
             registry=registry, entry=(transport, kind)))
         services[-1].setServiceParent(top)
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
+    LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     return top
 
 
@@ -198,7 +299,7 @@ def _attach_pool(top, name, factory, settings, reactor):
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
-                     flusher):
+                     flusher, egress, admin_requests=None):
     """The factory of one service: one protocol's, or a sniffing one over several."""
     kind, _transport = SERVICES[name]
     setup_timeout = settings["mqgate.authentication.client.response.timeout"]
@@ -206,19 +307,21 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
     if "amqp" in protocols:
         amqp = AmqpServerFactory(
             settings=settings, broker=broker, authenticator=authenticator, clock=reactor,
-            flusher=flusher, container_id=f"mqgate:{settings.instance}",
+            flusher=flusher, container_id=f"mqgate:{settings.instance}", egress=egress,
             allow_anonymous=settings["mqgate.authentication.anonymous.enabled"],
             glue_config=GlueConfig(
                 producer_credit=settings["mqgate.amqp.producer_credit"],
                 max_message_size=settings["mqgate.message.max_size"],
-                admin_only=(kind == "ADMIN"), service=name))
+                admin_only=(kind == "ADMIN"), service=name,
+                admin_requests=admin_requests if kind == "ADMIN" else None))
         factories[sniff.AMQP] = factories[sniff.AMQP_SASL] = amqp
     if "stomp" in protocols and kind == "NORMAL":
         heartbeat = settings["mqgate.stomp.heartbeat"]
         factories[sniff.STOMP] = StompServerFactory(
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
-            setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat),
-            glue_config=StompGlueConfig(max_message_size=settings["mqgate.message.max_size"]))
+            setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat), egress=egress,
+            glue_config=StompGlueConfig(max_message_size=settings["mqgate.message.max_size"],
+                                        service=name))
     distinct = set(factories.values())
     if len(distinct) == 1:
         return distinct.pop()   # one protocol: no need to look at the first bytes

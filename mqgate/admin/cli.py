@@ -2,6 +2,8 @@
 The ``mqgate`` command: tools an operator runs beside the broker.
 
     mqgate keytool     create the TLS key pair and self-signed certificate (S1.8)
+    mqgate cmd         send an admin command to a running broker (S11.1)
+    mqgate dbmgr       create, delete, recreate or reset the SQL store's tables (S3.5)
 
 Each tool reads the same configuration as the broker (``--config``, ``--varhome``,
 ``--instance``, ``-D key=value``), so it finds the same instance directory.
@@ -11,6 +13,8 @@ import argparse
 import getpass
 import sys
 
+from mqgate.admin.cmd import add_parser as add_cmd_parser
+from mqgate.admin.dbmgr import register as add_dbmgr_parser
 from mqgate.config import read_settings
 from mqgate.errors import ConfigError
 from mqgate.security.keytool import create_keystore
@@ -94,6 +98,8 @@ def main(argv=None):
                     help="leave the private key unencrypted (protected by file mode only)")
     kt.add_argument("--force", action="store_true", help="replace an existing key pair")
     kt.set_defaults(run=keytool)
+    add_cmd_parser(commands, _common, _settings)
+    add_dbmgr_parser(commands, _common, _settings)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

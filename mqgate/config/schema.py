@@ -35,7 +35,7 @@ from mqgate.config.properties import escape_value
 __all__ = [
     "Bool", "Int", "Seconds", "Size", "Choice", "Text", "TextList", "Key",
     "KEYS", "SCHEMA", "SERVICES", "SERVICE_PORT_KEYS", "SHIPPED_OVERRIDES",
-    "INSTANCE_NAME", "CANONICAL_PREFIX", "ALIAS_PREFIX",
+    "INSTANCE_NAME", "CANONICAL_PREFIX", "ALIAS_PREFIX", "FAMILIES",
     "canonical_key", "render_properties", "REGENERATE",
 ]
 
@@ -43,6 +43,12 @@ CANONICAL_PREFIX = "mqgate."
 # OpenMQ's spelling of every key (SPEC introduction: an OpenMQ config.properties carries
 # over).
 ALIAS_PREFIX = "imq."
+
+# Families of keys whose names are made by the operator (a profile name, a table name):
+# Settings keeps them as written and their owner parses them (Settings.family).
+FAMILIES = (
+    "mqgate.client_profile.",     # S9.7, mqgate.egress.profiles
+)
 
 # S0.5: the instance name becomes a directory name under VARHOME/instances/, so it is
 # kept to characters that are safe in a path on every platform.
@@ -317,6 +323,24 @@ def _service_rows():
     return rows
 
 
+# S3.5: the SQL store's tables (mqgate/store/sqldialects.py TABLES; a test keeps the two
+# lists equal) and what each holds, for the DDL override keys.
+JDBC_TABLES = {
+    "MQVER41": "store version", "MQDST41": "destinations",
+    "MQCON41": "durable subscriptions", "MQMSG41": "persistent messages",
+    "MQTXN41": "prepared transactions", "MQTXNOP41": "prepared transactions' work",
+}
+
+
+def _jdbc_table_rows():
+    """One DDL override key per SQL store table (S3.5): a family written out."""
+    return [Key(f"mqgate.persist.jdbc.table.{base}", Text(), "",
+                f"SQL store: the CREATE TABLE statement of the {what} table, ${{name}} "
+                f"standing for {base}_<brokerid>; it must keep the built-in columns. Empty "
+                "means the built-in DDL of the database (S3.5).")
+            for base, what in JDBC_TABLES.items()]
+
+
 KEYS = (
     Key("mqgate.instancename",
         Text(INSTANCE_NAME, "1 to 32 letters, digits or underscores"), "mqgate",
@@ -397,6 +421,85 @@ KEYS = (
         "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
     Key("mqgate.authentication.client.response.timeout", Seconds(0), "180",
         "Seconds a client has to answer an authentication challenge."),
+    # -- persistence: the store and the file store's knobs (S3.2, S3.3, S3.4) --
+    Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
+        "Where persistent messages, destinations and durable subscriptions are kept: "
+        "file (the journal under VARHOME/instances/NAME/filestore) or jdbc (the SQL "
+        "store, mqgate.persist.jdbc.*) (S3.2)."),
+    Key("mqgate.persist.file.sync.enabled", Bool(), "false",
+        "true: a producer's persistent message is acknowledged only once it is on disk "
+        "(fsync; concurrent writes share one fsync); false: once the operating system "
+        "has it, which survives a broker crash but not a machine crash (S3.4)."),
+    Key("mqgate.persist.file.message.max_record_size", Size(1), "1m",
+        "Messages larger than this are kept in files of their own instead of the "
+        "journal (S3.3)."),
+    Key("mqgate.persist.file.destination.message.filepool.limit", Int(0, 100000), "100",
+        "Free message files kept for reuse per destination (S3.3)."),
+    Key("mqgate.persist.file.message.filepool.cleanratio", Int(0, 100), "0",
+        "Percent of the message files returned to the pool that are zeroed first "
+        "(S3.3)."),
+    Key("mqgate.persist.file.message.cleanup", Bool(), "false",
+        "Delete the pooled message files when the broker stops (S3.3)."),
+    Key("mqgate.persist.file.journal.segment_size", Size(4096), "64m",
+        "Size of one journal segment file; a full segment is sealed and a new one "
+        "begun, and compaction rewrites sealed segments one at a time (S3.3)."),
+    Key("mqgate.persist.file.journal.compact_threshold", Int(0, 100), "50",
+        "Compact the journal online when this percent of it is dead (removed "
+        "messages), rewriting the sealed segments less live than that; 0 turns "
+        "automatic compaction off (the admin command still works) (S3.3)."),
+    # -- the SQL store, mqgate.persist.store=jdbc (S3.5, S12.1) --
+    Key("mqgate.persist.jdbc.dbVendor", Choice(("sqlite", "postgresql")), "sqlite",
+        "Database of the SQL store: sqlite (embedded, one file) or postgresql (a server, "
+        "through psycopg) (S3.5)."),
+    Key("mqgate.persist.jdbc.opendburl", Text(), "",
+        "Database the SQL store opens. sqlite: a file path, relative to "
+        "VARHOME/instances/NAME; empty means VARHOME/instances/NAME/dbstore/mqgate.sqlite. "
+        "postgresql: a libpq connection string or postgresql:// URI, without a password; "
+        "empty means libpq's defaults (PGHOST, PGDATABASE ...) (S3.5)."),
+    Key("mqgate.persist.jdbc.createdburl", Text(), "",
+        "postgresql: a database `mqgate dbmgr create` connects to (e.g. dbname=postgres) "
+        "to create the opendburl database when it does not exist; empty means it must "
+        "exist. sqlite creates its file itself (S3.5)."),
+    Key("mqgate.persist.jdbc.closedburl", Text(), "",
+        "Accepted for OpenMQ configurations and unused: neither SQLite nor PostgreSQL "
+        "needs a URL to close a database (S3.5)."),
+    Key("mqgate.persist.jdbc.user", Text(), "",
+        "postgresql: the database user; empty means libpq's default (PGUSER, else the "
+        "OS user). `mqgate dbmgr -u` overrides it (S3.5)."),
+    Key("mqgate.persist.jdbc.needpassword", Bool(), "false",
+        "postgresql: the user needs a password. It is read as mqgate.persist.jdbc.password "
+        "from the password file (mqgate.passfile.enabled) or asked for at a terminal, "
+        "never from this file, a URL or the command line (S3.5, S4.6)."),
+    Key("mqgate.persist.jdbc.brokerid",
+        Text(re.compile(r"[A-Za-z0-9_]{0,32}"), "up to 32 letters, digits or underscores"),
+        "",
+        "Suffix of this broker's table names (MQMSG41_<brokerid> ...), so brokers can "
+        "share one database; compared without regard to case; empty means the instance "
+        "name (S3.5, S12.1)."),
+    Key("mqgate.persist.jdbc.sync.enabled", Bool(), "true",
+        "true: a producer's persistent message is acknowledged once its transaction is "
+        "committed and flushed to disk (SQLite synchronous=FULL, PostgreSQL "
+        "synchronous_commit=on); false: once committed without waiting for the flush, "
+        "which survives a broker crash but not a crash of the machine or the database "
+        "server. Writes of one reactor turn share one commit either way (S3.4, S3.5)."),
+    *_jdbc_table_rows(),
+    # -- per-client egress and ingress (S9) --
+    Key("mqgate.ingress.guaranteed.max_message_size", Size(1), "30000000",
+        "Largest persistent or unsettled message a client may send; a bigger one is "
+        "refused and its client disconnected (CLIENT_CLIENT_MESSAGE_TOO_BIG, S9.5)."),
+    Key("mqgate.ingress.direct.max_message_size", Size(1), "64m",
+        "Largest non-persistent, pre-settled message a client may send (S9.5)."),
+    Key("mqgate.egress.buffer.budget", Size(1 << 20), "1g",
+        "Bytes all clients' egress queues may hold together: 100 % of the egress "
+        "buffer load factor (S9.6)."),
+    Key("mqgate.egress.load_factor.set", Int(1, 100), "80",
+        "Load factor percentage at which the set event is logged (S9.6)."),
+    Key("mqgate.egress.load_factor.clear", Int(0, 100), "60",
+        "Load factor percentage below which, after a set event, the clear event is "
+        "logged (S9.6)."),
+    Key("mqgate.egress.slow_subscriber.threshold", Int(0, 100), "50",
+        "Percentage of the last minute a client may spend with data queued and its "
+        "connection unable to take it before it counts as a slow subscriber (S9.4)."),
     # -- connection services: ping, TLS material, password file (S1.7, S1.8, S4.6) --
     Key("mqgate.ping.interval", Int(-1, 86400), "120",
         "Seconds between probes of every connection (an AMQP empty frame, a STOMP "

@@ -27,7 +27,8 @@ import types
 import attrs
 
 from mqgate.config.properties import parse_properties
-from mqgate.config.schema import CANONICAL_PREFIX, SCHEMA, SERVICES, canonical_key
+from mqgate.config.schema import (
+    CANONICAL_PREFIX, FAMILIES, SCHEMA, SERVICES, canonical_key)
 from mqgate.errors import ConfigError
 
 __all__ = ["Settings", "read_settings", "DEFAULT_VARHOME"]
@@ -201,6 +202,14 @@ class Settings:
         port = self[f"{prefix}.port"]
         return self[f"{prefix}.hostname"] or self["mqgate.hostname"], port
 
+    def family(self, prefix):
+        """The keys under one of the schema's L{FAMILIES} prefixes, as written (text),
+        canonical key -> value: the owner of the family parses and checks them (for
+        example L{mqgate.egress.profiles.profiles_from_settings})."""
+        if prefix not in FAMILIES:
+            raise KeyError(f"{prefix!r} is not a family of keys")
+        return {name: raw.text for name, raw in self._raw.items() if name.startswith(prefix)}
+
     def portmapper_address(self):
         """Return ``(bind_address, port)`` of the port mapper (S1.3)."""
         host = self["mqgate.portmapper.hostname"] or self["mqgate.hostname"]
@@ -210,7 +219,7 @@ class Settings:
 def _take(raw, warnings, key, value, where, origin):
     """Record one entry (later entries win), or a warning if the key is unknown."""
     name = canonical_key(key)
-    if name not in SCHEMA:
+    if name not in SCHEMA and not name.startswith(FAMILIES):
         text = _unknown_key_text(key)
         if text not in warnings:
             warnings.append(text)

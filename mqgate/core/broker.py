@@ -124,6 +124,11 @@ class Producer:
         @raise ResourceLimitExceeded: the destination (for a topic, one of its
             subscriptions) is full and its limit behaviour is REJECT_NEWEST; the
             message was not enqueued anywhere (S2.3).
+        @return: C{None}, or, when the message is persistent and went to a queue (or
+            durable subscription) that stores its messages, a Deferred that fires once
+            the store has it and errbacks with
+            L{mqgate.core.persistence.StorageFailed} when it could not be stored: the
+            producer's delivery must be settled only then (S3.4, S8.1).
         """
         if self.closed:
             raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
@@ -136,9 +141,16 @@ class Producer:
             _refuse_if_rejecting(destination)
         if message.seq is None:
             message.seq = self._next_seq()
-        destination.publish(message)
+        if message.durable and type(destination) is Queue:
+            # Stored before the queue may hand it out (and settle it away).
+            store = destination.store
+            stored = None if store is None else store.add(message)
+            destination.publish(message)
+        else:
+            stored = destination.publish(message)   # a topic stores on its own
         if destination.full:
             self._block(destination)
+        return stored
 
     @property
     def blocked(self):
@@ -210,11 +222,14 @@ class Broker:
 
     @ivar clock: the injected C{IReactorTime}; only C{seconds()} is used.
     @ivar config: the L{CoreConfig}.
+    @ivar persistence: the L{mqgate.core.persistence.Persistence}, or C{None}: no
+        message, destination or subscription is ever stored.
     """
 
-    def __init__(self, clock, config=CoreConfig()):
+    def __init__(self, clock, config=CoreConfig(), persistence=None):
         self.clock = clock
         self.config = config
+        self.persistence = persistence
         self._queues = {}
         self._topics = {}
         self._index = SubscriptionIndex()
@@ -398,6 +413,11 @@ class Broker:
         else:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
+        persistence = self.persistence
+        if persistence is not None and not temporary:
+            if kind == QUEUE:
+                destination.store = persistence.queue_store(kind, name)
+            persistence.destination_created(kind, name)
         return destination
 
     def _route(self, to):
@@ -437,9 +457,32 @@ class Broker:
             self._delete_subscription(queue)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
                       durable_key=key, selector=selector, limits=self._limits)
+        persistence = self.persistence
+        if persistence is not None:
+            queue.store = persistence.durable_store(container_id, durable_name)
+            persistence.durable_created(container_id, durable_name, pattern, selector)
         self._durable[key] = queue
         self._index.add(queue)
         return queue
+
+    # -- recovery (S3.1; mqgate.core.persistence) ------------------------------------
+
+    def restore_durable(self, container_id, durable_name, pattern, selector):
+        """Recreate a stored durable subscription (no consumer) and return its queue.
+
+        @raise SelectorError: its stored selector no longer compiles.
+        """
+        if not is_pattern(pattern):
+            self._destination(TOPIC, pattern)
+        return self._durable_subscription(container_id, durable_name, pattern,
+                                          _compiled(selector))
+
+    def continue_seq(self, after):
+        """Number messages from C{after + 1} on (recovery: above every stored id).
+
+        Producers opened before this keep the old numbering: call it first.
+        """
+        self._next_seq = itertools.count(max(after, 0) + 1).__next__
 
     def _consumer_closed(self, consumer, remove, temporary=None):
         queue = consumer.queue
@@ -453,6 +496,8 @@ class Broker:
         self._index.remove(queue)
         if queue.durable_key is not None:
             self._durable.pop(queue.durable_key, None)
+            if queue.store is not None:
+                self.persistence.durable_deleted(*queue.durable_key)
         queue.discard()
         self._retire(queue)
 
@@ -463,6 +508,9 @@ class Broker:
         else:
             del self._topics[destination.name]
             destination.deleted = True
+        if self.persistence is not None and not destination.temporary:
+            kind = QUEUE if isinstance(destination, Queue) else TOPIC
+            self.persistence.destination_deleted(kind, destination.name)
         self._retire(destination)
         self._routes.clear()
 

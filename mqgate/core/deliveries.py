@@ -125,8 +125,8 @@ class Consumer:
                undeliverable_here=False):
         """Settle a delivery with an AMQP outcome.
 
-        ACCEPTED and REJECTED remove the message (a rejected one is counted as dropped;
-        dead-lettering, S2.4, comes later). RELEASED puts it back at the head of its
+        ACCEPTED and REJECTED remove the message, from the store too (a rejected one
+        is counted as dropped; dead-lettering, S2.4, comes later). RELEASED puts it back at the head of its
         queue unchanged. MODIFIED puts it back too, with the delivery count raised when
         C{delivery_failed}; with C{undeliverable_here} it waits for another consumer.
         Settling an unknown or already settled delivery does nothing (FACTS 3.3).
@@ -137,11 +137,15 @@ class Consumer:
         queue.in_flight -= 1
         if outcome == ACCEPTED:
             queue.messages_out += 1
+            if queue.store is not None and delivery.message.durable:
+                queue.store.remove(delivery.message)
         elif outcome == RELEASED:
             queue.requeue(delivery)
         elif outcome == MODIFIED:
             if delivery_failed:
                 delivery.delivery_count += 1
+                if queue.store is not None and delivery.message.durable:
+                    queue.store.count(delivery.message, delivery.delivery_count)
             if undeliverable_here:
                 queue.park(delivery, self)
             else:
@@ -149,6 +153,8 @@ class Consumer:
         elif outcome == REJECTED:
             queue.rejected += 1
             queue.dropped += 1
+            if queue.store is not None and delivery.message.durable:
+                queue.store.remove(delivery.message)
         else:
             # Put it back so the message is not lost, then complain about the caller.
             self._unsettled[delivery] = True
@@ -171,11 +177,14 @@ class Consumer:
         self.credit = 0
         pending = list(self._unsettled)
         self._unsettled.clear()
+        store = self.queue.store
         for delivery in pending:
             delivery.delivery_count += 1
             # The delivery waits in the queue, maybe for long (a detached durable
             # subscription): do not let it keep this consumer and its target alive.
             delivery.consumer = None
+            if store is not None and delivery.message.durable:
+                store.count(delivery.message, delivery.delivery_count)
         self.queue.detach(self, pending)
         if self._on_close is not None:
             self._on_close(self, remove)

@@ -48,6 +48,7 @@ from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
 from mqgate.core.limits import UNLIMITED
 from mqgate.core.message import MAX_PRIORITY
+from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import message_field
 
 _LEVELS = MAX_PRIORITY + 1
@@ -81,13 +82,16 @@ class Queue:
     @ivar limits: the L{Limits} (S2.3).
     @ivar full: C{True} from the moment a limit is reached until the queue is back under
         its low-water mark.
+    @ivar store: the L{mqgate.core.persistence.QueueStore} keeping this queue's
+        persistent messages (S3.1), or C{None} (temporary queues, non-durable
+        subscriptions, a broker without a store).
     """
 
     __slots__ = ("name", "pattern", "durable_key", "selector", "temporary", "deleted",
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
-                 "_in_flight") + _QUEUE_COUNTERS
+                 "_in_flight", "store") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED):
@@ -121,6 +125,7 @@ class Queue:
         self.full = False
         self._bytes = 0          # bytes of the waiting messages (S2.3)
         self._waiters = {}       # producers blocked on this queue, in order
+        self.store = None
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -543,6 +548,8 @@ class Queue:
         self._bytes -= message.size
         if consumer.presettled:
             self.messages_out += 1
+            if message.durable and self.store is not None:
+                self.store.remove(message)   # at-most-once: gone once handed over
         else:
             consumer._unsettled[delivery] = True
             self._in_flight += 1
@@ -555,6 +562,8 @@ class Queue:
     def _expire(self, message):
         self.expired += 1
         self._bytes -= message.size
+        if message.durable and self.store is not None:
+            self.store.remove(message)
         if self.full:
             self._ease()
 
@@ -635,6 +644,9 @@ class Queue:
         for consumer in self._ready:
             consumer._in_ready = False
         self._ready.clear()
+        # Its stored messages went with it (remove_destination/remove_durable): what
+        # its consumers still settle must not be removed a second time.
+        self.store = None
         # Nothing waits for a queue that is gone: its producers learn of the deletion
         # on their next send.
         self._unblock()
@@ -728,7 +740,11 @@ class Topic:
 
     def publish(self, message):
         """Enqueue C{message} (the same object) on every matching subscription whose
-        selector, if any, accepts it (S2.8); with none, drop it and count it."""
+        selector, if any, accepts it (S2.8); with none, drop it and count it.
+
+        @return: for a persistent message, the Deferred of its storage on the durable
+            subscriptions that took it (L{stored_on}), else C{None}.
+        """
         self.messages_in += 1
         if self._gen != self._index.gen:
             self._refresh()
@@ -741,12 +757,15 @@ class Topic:
             self.full = full
             return
         self.messages_out += len(subs)
+        # S3.1: stored on every durable subscription before any of them hands it out.
+        stored = stored_on(subs, message) if message.durable else None
         # A tuple snapshot: a subscriber closing re-entrantly cannot disturb the loop.
         for queue in subs:
             queue.publish(message)
             if queue.full:
                 full = queue
         self.full = full
+        return stored
 
     def stats(self):
         """A snapshot of the counters as a dict."""

@@ -37,10 +37,12 @@ class BrokerMessage:
         AMQP header's delivery-count on the incoming transfer).
     @ivar seq: assigned by the broker when the message is first enqueued: a monotonic
         int giving arrival order; C{None} until then.
+    @ivar cos: the egress class of service (S9.1, 1-3), worked out by the egress glue
+        the first time the message is filed; C{None} until then.
     """
 
     __slots__ = ("payload", "durable", "priority", "expiry", "size", "to", "reply_to",
-                 "message_id", "correlation_id", "delivery_count", "seq")
+                 "message_id", "correlation_id", "delivery_count", "seq", "cos")
 
     def __init__(self, payload, *, durable=False, priority=DEFAULT_PRIORITY, expiry=None,
                  to=None, reply_to=None, message_id=None, correlation_id=None,
@@ -66,6 +68,7 @@ class BrokerMessage:
         self.correlation_id = correlation_id
         self.delivery_count = delivery_count
         self.seq = None
+        self.cos = None
 
     def __repr__(self):
         return (f"<BrokerMessage seq={self.seq} to={self.to!r} priority={self.priority}"

@@ -222,15 +222,20 @@ class _PriorityQueue:
 
     def pop_ready(self):
         """Take the next entry to deliver: the head of the key whose turn it is."""
-        key = next(iter(self._ready))
+        ready = self._ready
+        key = next(iter(ready))
         entries = self._by_key[key]
         entry = entries.popleft()
-        del self._ready[key]
-        if entries:
-            self._ready[key] = None     # to the back of the turn order
-        else:
+        if not entries:
+            del ready[key]
             del self._by_key[key]
-        self._account_out(entry)
+        elif len(ready) > 1:
+            del ready[key]
+            ready[key] = None           # to the back of the turn order
+        # _account_out, inline: this runs once per message served.
+        self.messages -= 1
+        self.units -= entry.units
+        self.bytes -= entry.size
         self.deliveries += 1
         return entry
 
@@ -332,12 +337,19 @@ class EgressScheduler:
 
         @param cos: 1, 2 or 3 (see L{cos_for}).
         @param key: what the item belongs to (a link), for L{block} and L{withdraw}.
-        @return: the items discarded to make room, oldest first (the new item itself,
-            last, when it was refused); empty when nothing was lost. The caller settles
-            or forgets them; the scheduler has already counted them.
+        @return: a sequence of the items discarded to make room, oldest first (the new
+            item itself, last, when it was refused); empty when nothing was lost. The
+            caller settles or forgets them; the scheduler has already counted them.
         """
-        queue = self._queues[direct_queue_for(cos)]
-        units = work_units(size)
+        queue = self._queues[D3 if cos == 3 else direct_queue_for(cos)]
+        units = 1 if size <= WORK_UNIT_BYTES else -(-size // WORK_UNIT_BYTES)
+        limits = queue.limits
+        if queue.messages < limits.min_msg_burst or \
+                queue.units + units <= limits.max_depth:
+            # The common case, spelled out: it runs once per message per subscriber.
+            self._seq += 1
+            queue.push(_Entry(item, size, units, key, self._seq), self._blocked)
+            return ()
         dropped = []
         while (not queue.admits_by_burst() and not queue.fits(units)
                and queue.messages):
@@ -364,6 +376,39 @@ class EgressScheduler:
             self._push(queue, item, size, key, units)
             return True
         self._guaranteed_refused = True
+        return False
+
+    def push_guaranteed(self, item, size, key=None):
+        """Queue a guaranteed message on G-1 even when it is full (S9.2).
+
+        For a message the core has already handed over: the caller then withholds the
+        consumer's credit until G-1 has room, so G-1 overshoots by at most one message
+        per consumer. Nothing is ever discarded from G-1.
+
+        @return: whether G-1 still has room after this message; when not, the
+            C{on_guaranteed_room} callback runs once it has again.
+        """
+        queue = self._guaranteed
+        self._push(queue, item, size, key)
+        if queue.admits_by_burst() or queue.units < queue.limits.max_depth:
+            return True
+        self._guaranteed_refused = True
+        return False
+
+    def pass_through(self, guaranteed, cos=1, key=None):
+        """Count a message written at once, never queued (S9.3: the transport could
+        take it and nothing was waiting): a delivery of the queue it would have
+        gone to.
+
+        @return: whether it carries the discard indication (the first message for
+            C{key} since messages of C{key} were discarded).
+        """
+        queue = self._guaranteed if guaranteed else self._queues[direct_queue_for(cos)]
+        queue.deliveries += 1
+        discarded = self._discarded_keys
+        if discarded and key in discarded:
+            discarded.discard(key)
+            return True
         return False
 
     def has_room_for_guaranteed(self, size=1):

@@ -21,12 +21,14 @@ No I/O here: the adapter feeds events in and writes what the engine has to say.
 
 import functools
 
+from twisted.python.failure import Failure
+
 from mqgate import __version__
 from mqgate.amqp import conditions as c
 from mqgate.amqp.events import (
     AuthenticationRequested, ConnectionClosed, ConnectionOpened, CreditGranted,
-    DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived, SaslCompleted,
-    SessionBegun, SessionEnded, TransferAborted,
+    DeliveriesSettled, IngressRefused, LinkAttached, LinkDetached, MessageReceived,
+    SaslCompleted, SessionBegun, SessionEnded, TransferAborted,
 )
 from mqgate.amqp.connection import ConnectionState
 from mqgate.amqp.link import LinkState
@@ -37,11 +39,12 @@ from mqgate.amqp.performatives import (
 )
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
+from mqgate.core.addresses import AddressError, resolve
 from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
 from mqgate.glue.session import BrokerSession
 from mqgate.errors import ProtocolError
 
-__all__ = ["AmqpBrokerSession", "GlueConfig"]
+__all__ = ["ADMIN_ADDRESS", "AmqpBrokerSession", "GlueConfig"]
 
 ANONYMOUS_RELAY = Symbol("ANONYMOUS-RELAY")
 _NEVER = Symbol("never")
@@ -50,37 +53,66 @@ _NEVER = Symbol("never")
 _OUTCOMES = {Accepted: ACCEPTED, Rejected: REJECTED, Released: RELEASED, Modified: MODIFIED}
 
 
-class GlueConfig:
-    """The settings the glue needs, read once from Settings."""
+#: The reserved address of admin requests (S11.1; the source's is C{__JMQAdmin}). Only
+#: an ADMIN service serves it (L{GlueConfig.admin_requests}); the core never sees it.
+ADMIN_ADDRESS = "mqgate.admin"
 
-    __slots__ = ("producer_credit", "max_message_size", "admin_only", "service")
+
+class GlueConfig:
+    """The settings the glue needs, read once from Settings.
+
+    @ivar admin_requests: on an ADMIN service, the
+        L{mqgate.admin.requests.AdminRequests} that serves producers of
+        L{ADMIN_ADDRESS} (S11.1); None elsewhere, where that address is refused.
+    """
+
+    __slots__ = ("producer_credit", "max_message_size", "admin_only", "service",
+                 "admin_requests")
 
     def __init__(self, producer_credit=1000, max_message_size=70 << 20, admin_only=False,
-                 service="jms"):
+                 service="jms", admin_requests=None):
         self.producer_credit = producer_credit
         self.max_message_size = max_message_size
         self.admin_only = admin_only
         self.service = service
+        self.admin_requests = admin_requests
 
 
 class _ConsumerTarget:
-    """Hands the core's deliveries to one of our sending links (the core's target).
+    """One of our sending links as the core's target and the egress's key (S9.1).
 
-    A delivery may be caused by another connection's producer, so it asks for this
-    connection to be flushed (the adapter batches those requests per reactor turn).
+    The core's deliveries are filed in the connection's egress queues; the egress
+    writes them to the link as its credit and the transport allow.
     """
 
-    __slots__ = ("link", "consumer", "request_flush")
+    __slots__ = ("link", "consumer", "egress", "queued", "unbounded")
 
-    def __init__(self, link, request_flush):
+    def __init__(self, link, egress):
         self.link = link
         self.consumer = None
-        self.request_flush = request_flush
+        self.egress = egress
+        self.queued = 0
+        self.unbounded = False
 
     def deliver(self, delivery):
-        chunks = delivery.message.payload.for_delivery(delivery.delivery_count)
-        self.link.send(chunks, settled=self.consumer.presettled, context=delivery)
-        self.request_flush()
+        self.egress.file(self, delivery)
+
+    def protocol_credit(self):
+        return self.link.credit
+
+    def write(self, delivery, discarded):
+        message = delivery.message
+        chunks = message.payload.for_delivery(delivery.delivery_count,
+                                              _DISCARDED if discarded else None)
+        link = self.link
+        link.send(chunks, settled=self.consumer.presettled, context=delivery)
+        if link.credit <= 0:
+            self.egress.block(self, True)
+        return message.size
+
+
+# S9.2: the annotation flagging the first message after egress discards.
+_DISCARDED = {Symbol("x-opt-discard-indication"): True}
 
 
 class AmqpBrokerSession(BrokerSession):
@@ -137,6 +169,13 @@ class AmqpBrokerSession(BrokerSession):
         if self.engine.state is not ConnectionState.OPEN_RCVD:
             return  # the peer closed in the same read, and the engine already answered
         self.container_id = event.open.container_id
+        refused = self.register_client(self.container_id, "amqp", self.config.service)
+        if refused is not None:
+            self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
+            self.engine.open()
+            self.engine.close(c.RESOURCE_LIMIT_EXCEEDED, refused)
+            self.engine.finished = True
+            return
         self.engine.offered_capabilities = (ANONYMOUS_RELAY,)
         self.engine.properties = {Symbol("product"): "mqgate",
                                   Symbol("version"): __version__}
@@ -151,9 +190,20 @@ class AmqpBrokerSession(BrokerSession):
 
     def connection_lost(self):
         """The connection is gone: give back every unsettled delivery (rule 3)."""
+        self.unregister_client()
         links, self._links = self._links, set()
         for link in links:
             self._release(link, remove=False)
+
+    def disconnect(self, reason):
+        """Close the connection with C{reason} (S9.6: a slow subscriber let go)."""
+        if not self.engine.finished:
+            self.engine.close(c.RESOURCE_LIMIT_EXCEEDED, reason)
+            self.engine.finished = True
+            self.request_flush()
+
+    def _ingress_refused(self, event):
+        self.ingress_refused(event.size, event.limit, event.guaranteed)
 
     def _sasl_completed(self, event):
         pass  # client side only
@@ -179,6 +229,7 @@ class AmqpBrokerSession(BrokerSession):
                 self._attach_consumer(link)
             else:
                 self._attach_producer(link)
+                link.ingress_limits = self.context.ingress_limits   # S9.5
         except ProtocolError as error:
             link.refuse(Symbol(error.condition), error.description)
             return
@@ -188,7 +239,7 @@ class AmqpBrokerSession(BrokerSession):
         source = link.remote.source
         if source is None:
             raise _refusal(c.INVALID_FIELD, "a receiving link needs a source")
-        target = _ConsumerTarget(link, self.request_flush)
+        target = _ConsumerTarget(link, self.egress)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
         consumer = self.broker.open_consumer(
@@ -198,7 +249,11 @@ class AmqpBrokerSession(BrokerSession):
             container_id=self.container_id, dynamic=bool(source.dynamic),
             selector=selector)
         target.consumer = consumer
+        # A non-durable topic subscription settled on hand-over files its messages as
+        # they are routed, credit or not: the D queues bound them (S9.1, S9.2).
+        target.unbounded = consumer.presettled and _plain_subscription(consumer)
         link.context = consumer
+        self.egress.block(target, True)   # no credit until the peer's first flow
         mode = SND_SETTLED if link.presettled else SND_UNSETTLED
         # Echo the address as asked (clients such as Proton's BlockingConnection compare
         # it); only a dynamic source learns its broker-made address here.
@@ -221,7 +276,14 @@ class AmqpBrokerSession(BrokerSession):
         # anonymous relay, routing each message by its `to` (ANONYMOUS-RELAY).
         address = None if target is None else _address(target.address)
         capabilities = () if target is None else (target.capabilities or ())
-        producer = self.broker.open_producer(address, capabilities)
+        admin = self.config.admin_requests
+        if _is_admin_address(address):
+            # S11.1: admin requests go to the admin service's handler, never the core.
+            producer = _admin_producer(admin, self.principal, address)
+        elif address is None:
+            producer = _RelayGuard(self.broker.open_producer(None), admin, self.principal)
+        else:
+            producer = self.broker.open_producer(address, capabilities)
         link.context = producer
         link.attach(source=link.remote.source, target=target,
                     snd_settle_mode=link.remote.snd_settle_mode,
@@ -240,6 +302,7 @@ class AmqpBrokerSession(BrokerSession):
         if context is None:
             return
         if link.is_sender:
+            self.egress.withdraw(context.target)
             context.close(remove=remove)
         else:
             context.close()
@@ -251,10 +314,24 @@ class AmqpBrokerSession(BrokerSession):
         consumer = link.context
         if consumer is None:
             return
-        consumer.set_credit(link.credit)
+        target = consumer.target
+        egress = self.egress
+        egress.block(target, link.credit <= 0)
+        egress.refresh(target)
         if link.drain and link.state is LinkState.ATTACHED:
+            # Section 2.6.7: send what is available, then give up the rest of the
+            # credit; "available" includes what waits in the egress queues, so the
+            # drain completes once they have been served.
             consumer.drain()
-            link.drained()
+            egress.when_served(functools.partial(self._drained, link))
+
+    def _drained(self, link):
+        consumer = link.context
+        if consumer is None or link.state is not LinkState.ATTACHED:
+            return
+        link.drained()
+        self.egress.block(consumer.target, True)
+        self.egress.refresh(consumer.target)
 
     def _message_received(self, event):
         link = event.link
@@ -263,13 +340,16 @@ class AmqpBrokerSession(BrokerSession):
             return
         try:
             message = self.broker_message(parse_message(event.payload))
-            producer.send(message)
+            stored = producer.send(message)
         except ProtocolError as error:
             if not event.settled:
                 link.settle(event.delivery_id,
                             Rejected(error=Error(Symbol(error.condition), error.description)))
         else:
-            if not event.settled:
+            if stored is not None:
+                # S3.4, S8.1: a persistent message is acknowledged once stored.
+                self._settle_when_stored(link, event.delivery_id, event.settled, stored)
+            elif not event.settled:
                 link.settle(event.delivery_id, _ACCEPTED)
         if link.credit <= self.config.producer_credit // 2 and \
                 link.state is LinkState.ATTACHED and link not in self._withheld:
@@ -280,6 +360,32 @@ class AmqpBrokerSession(BrokerSession):
                 producer.when_unblocked(functools.partial(self._restore_credit, link))
             else:
                 link.flow(self.config.producer_credit)
+
+    def _settle_when_stored(self, link, delivery_id, presettled, stored):
+        """Settle a producer's delivery with the outcome of its storage: Accepted, or
+        Rejected with the store's condition (never Accepted unless stored, S3.6). The
+        link or the connection may be gone by then: the peer will send it again."""
+        if presettled:
+            stored.addErrback(lambda _: None)   # at-most-once: logged by the core
+            return
+
+        def outcome(result):
+            if link.state is not LinkState.ATTACHED or self.engine.finished:
+                return
+            if isinstance(result, Failure):
+                error = result.value
+                if isinstance(error, ProtocolError):
+                    condition, description = error.condition, error.description
+                else:
+                    condition, description = c.INTERNAL_ERROR, result.getErrorMessage()
+                link.settle(delivery_id, Rejected(
+                    error=Error(Symbol(condition), description)))
+            else:
+                link.settle(delivery_id, _ACCEPTED)
+            self.request_flush()
+
+        stored.addBoth(outcome).addErrback(
+            lambda failure: self.log.failure("settling a stored message", failure))
 
     def _restore_credit(self, link):
         """The destination drained (called from the core, perhaps while another
@@ -312,6 +418,52 @@ class AmqpBrokerSession(BrokerSession):
 _ACCEPTED = Accepted()
 
 
+def _is_admin_address(address):
+    """Whether C{address} names L{ADMIN_ADDRESS}, in any spelling (C{queue://...})."""
+    if not isinstance(address, str) or not address.endswith(ADMIN_ADDRESS):
+        return False   # the cheap test first: this runs per anonymous-relay message
+    try:
+        return resolve(address)[1] == ADMIN_ADDRESS
+    except AddressError:
+        return False
+
+
+def _admin_producer(admin, principal, address):
+    """The admin requests' producer, or the refusal a non-ADMIN service gives (S11.1)."""
+    if admin is None:
+        raise _refusal(c.UNAUTHORIZED_ACCESS,
+                       f"{address} takes admin requests on the admin service only")
+    return admin.open_producer(principal)
+
+
+class _RelayGuard:
+    """An anonymous (ANONYMOUS-RELAY) producer that keeps messages addressed C{to}
+    L{ADMIN_ADDRESS} away from the core: the admin requests take them on an ADMIN
+    service, other services refuse them (S11.1). Everything else goes to the core."""
+
+    __slots__ = ("_core", "_admin", "_principal")
+
+    def __init__(self, core, admin, principal):
+        self._core = core
+        self._admin = admin
+        self._principal = principal
+
+    def send(self, message):
+        if _is_admin_address(message.to):
+            return _admin_producer(self._admin, self._principal, message.to).send(message)
+        return self._core.send(message)
+
+    @property
+    def blocked(self):
+        return self._core.blocked
+
+    def when_unblocked(self, callback):
+        self._core.when_unblocked(callback)
+
+    def close(self):
+        self._core.close()
+
+
 # The JMS selector filter of the AMQP JMS mapping (FACTS section 5), by symbol or code.
 _SELECTOR_FILTER = (Symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
 
@@ -328,6 +480,12 @@ def _selector_filter(filters):
                 raise _refusal(c.INVALID_FIELD, "the selector filter must hold a string")
             return value.value, {key: value}
     return None, None
+
+
+def _plain_subscription(consumer):
+    """Whether C{consumer} reads a non-durable topic subscription of its own."""
+    queue = consumer.queue
+    return queue.pattern is not None and queue.durable_key is None
 
 
 def _address(value):
@@ -351,4 +509,5 @@ _DISPATCH = {
     MessageReceived: AmqpBrokerSession._message_received,
     DeliveriesSettled: AmqpBrokerSession._deliveries_settled,
     TransferAborted: AmqpBrokerSession._transfer_aborted,
+    IngressRefused: AmqpBrokerSession._ingress_refused,
 }

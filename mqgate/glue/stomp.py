@@ -23,6 +23,8 @@ import collections
 import functools
 import itertools
 
+from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
@@ -30,8 +32,8 @@ from mqgate.errors import ProtocolError
 from mqgate.glue.session import BrokerSession
 from mqgate.glue.stomp_mapping import frame_to_message, message_to_headers
 from mqgate.stomp.events import (
-    Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, Nack, Send, Subscribe,
-    Unsubscribe,
+    Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
+    Subscribe, Unsubscribe,
 )
 
 __all__ = ["StompBrokerSession", "StompGlueConfig"]
@@ -48,16 +50,19 @@ _PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize")
 class StompGlueConfig:
     """The settings the STOMP glue needs, read once from Settings."""
 
-    __slots__ = ("max_message_size",)
+    __slots__ = ("max_message_size", "service")
 
-    def __init__(self, max_message_size=70 << 20):
+    def __init__(self, max_message_size=70 << 20, service="jms"):
         self.max_message_size = max_message_size
+        self.service = service
 
 
 class _Subscription:
-    """One SUBSCRIBE: the core consumer, and the deliveries not yet acknowledged."""
+    """One SUBSCRIBE: the core consumer, the deliveries not yet acknowledged, and the
+    connection's egress key (S9.1)."""
 
-    __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session")
+    __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session",
+                 "queued", "unbounded")
 
     def __init__(self, session, sub_id, destination, ack, prefetch):
         self.session = session
@@ -67,27 +72,39 @@ class _Subscription:
         self.prefetch = prefetch
         self.consumer = None
         self.unacked = collections.OrderedDict()   # ack id -> core delivery
+        self.queued = 0          # deliveries waiting in the egress queues
+        self.unbounded = False   # ack:auto on a non-durable topic subscription
 
     def deliver(self, delivery):
-        """The core's target: write a MESSAGE frame for the delivery."""
+        """The core's target: file the delivery in the egress queues."""
+        self.session.egress.file(self, delivery)
+
+    def protocol_credit(self):
+        """The flow limit (prefetch) less what waits for an ACK."""
+        return self.prefetch - len(self.unacked)
+
+    def write(self, delivery, discarded):
+        """Write the MESSAGE frame (the egress serves it now)."""
         session = self.session
         ack_id = session.next_ack_id()
-        encoded = delivery.message.payload
-        headers, body = message_to_headers(encoded, delivery.delivery_count)
+        headers, body = message_to_headers(delivery.message.payload,
+                                           delivery.delivery_count)
+        if discarded:
+            headers.append(_DISCARDED)
         if not session.engine.message(self.id, self.destination, ack_id, headers, body,
                                       ack_id=ack_id if self.ack != "auto" else None):
             # The connection no longer takes messages: hand it back untouched.
             if self.ack != "auto":
                 self.consumer.settle(delivery, RELEASED)
-            return
+            return 0
         if self.ack == "auto":
             # Settled on hand-over (at-most-once); keep the flow limit topped up.
             if self.consumer.credit < self.prefetch // 2:
-                self.consumer.set_credit(self.prefetch)
+                session.egress.refresh(self)
         else:
             self.unacked[ack_id] = delivery
             session.acks[ack_id] = self
-        session.request_flush()
+        return delivery.message.size
 
     def settle(self, ack_id, outcome, cumulative):
         """Settle one delivery, or (C{cumulative}) every one up to it. Returns how many."""
@@ -107,8 +124,12 @@ class _Subscription:
             else:
                 self.consumer.settle(delivery, outcome)
         # Give back the credit the acknowledged messages held (the flow limit, S6.2).
-        self.consumer.set_credit(self.prefetch - len(self.unacked))
+        self.session.egress.refresh(self)
         return len(ids)
+
+
+# S9.2: the header flagging the first message after egress discards.
+_DISCARDED = ("discard-indication", "true")
 
 
 class StompBrokerSession(BrokerSession):
@@ -157,6 +178,12 @@ class StompBrokerSession(BrokerSession):
         if self.engine.finished:
             return
         self.principal = principal
+        refused = self.register_client(self.client_id, "stomp", self.config.service)
+        if refused is not None:
+            self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
+            self.engine.refuse("connection limit reached", refused)
+            self.request_flush()
+            return
         self.handle(self.engine.accept(self._session_id))
         self.request_flush()
 
@@ -169,14 +196,25 @@ class StompBrokerSession(BrokerSession):
 
     def connection_lost(self):
         """Unacknowledged messages go back to their queues, marked redelivered."""
+        self.unregister_client()
         subscriptions, self.subscriptions = self.subscriptions, {}
         for subscription in subscriptions.values():
+            self.egress.withdraw(subscription)
             subscription.consumer.close()
         for producer in self._producers.values():
             producer.close()
         self._producers = {}
         self._blocked.clear()
         self.acks = {}
+
+    def disconnect(self, reason):
+        """Close the connection with an ERROR saying C{reason} (S9.6)."""
+        if not self.engine.finished:
+            self.engine.send_error("disconnected", reason)
+            self.request_flush()
+
+    def _ingress_refused(self, event):
+        self.ingress_refused(event.size, event.limit, event.guaranteed)
 
     def _receipt(self, event):
         if event.receipt is not None:
@@ -187,9 +225,32 @@ class StompBrokerSession(BrokerSession):
     def _send(self, event):
         if event.transaction is not None:
             self._transaction(event.transaction).append((self._publish, event))
+            self._receipt(event)
         else:
-            self._publish(event)
-        self._receipt(event)
+            self._receipt_when_stored(event, self._publish(event))
+
+    def _receipt_when_stored(self, event, stored):
+        """The RECEIPT of a frame whose persistent messages (C{stored}: a Deferred or
+        C{None}) must be stored first (S3.4); an ERROR frame if they could not be."""
+        if stored is None:
+            self._receipt(event)
+            return
+
+        def outcome(result):
+            if self.engine.finished:
+                return
+            if isinstance(result, Failure):
+                error = result.value
+                description = (error.description if isinstance(error, ProtocolError)
+                               else result.getErrorMessage())
+                self.engine.send_error("message not stored", description,
+                                       receipt_id=event.receipt)
+            else:
+                self._receipt(event)
+            self.request_flush()
+
+        stored.addBoth(outcome).addErrback(
+            lambda failure: self.log.failure("answering a stored SEND", failure))
 
     def _publish(self, event):
         if len(event.body) > self.config.max_message_size:
@@ -199,12 +260,13 @@ class StompBrokerSession(BrokerSession):
         encoded = frame_to_message(event.destination, event.headers, event.body)
         message = self.broker_message(encoded)
         producer = self._producer(event.destination)
-        producer.send(message)
+        stored = producer.send(message)
         if producer.blocked and producer not in self._blocked:
             if not self._blocked:
                 self.pause_reading()
             self._blocked.add(producer)
             producer.when_unblocked(functools.partial(self._unblocked, producer))
+        return stored
 
     def _unblocked(self, producer):
         """A destination drained (called from the core): read again once no producer
@@ -256,8 +318,10 @@ class StompBrokerSession(BrokerSession):
         except SelectorError as error:
             raise _Error("invalid selector", error.description) from None
         self.subscriptions[event.id] = subscription
+        subscription.unbounded = (event.ack == "auto"
+                                  and _plain_subscription(subscription.consumer))
         self._receipt(event)
-        subscription.consumer.set_credit(prefetch)
+        self.egress.refresh(subscription)
 
     def _unsubscribe(self, event):
         subscription = self.subscriptions.pop(event.id, None)
@@ -266,6 +330,7 @@ class StompBrokerSession(BrokerSession):
                          f"there is no subscription with id {event.id} to unsubscribe")
         for ack_id in subscription.unacked:
             self.acks.pop(ack_id, None)
+        self.egress.withdraw(subscription)
         subscription.consumer.close()
         self._receipt(event)
 
@@ -312,9 +377,16 @@ class StompBrokerSession(BrokerSession):
     def _commit(self, event):
         work = self._transaction(event.transaction)
         del self.transactions[event.transaction]
-        for apply, original in work:
-            apply(original)
-        self._receipt(event)
+        stored = [d for d in (apply(original) for apply, original in work)
+                  if d is not None]
+        if stored:
+            # The receipt waits for every persistent message of the transaction.
+            gathered = defer.DeferredList(stored, fireOnOneErrback=True,
+                                          consumeErrors=True)
+            gathered.addErrback(lambda failure: failure.value.subFailure)
+            self._receipt_when_stored(event, gathered)
+        else:
+            self._receipt(event)
 
     def _abort(self, event):
         self._transaction(event.transaction)
@@ -338,6 +410,12 @@ def _message_of(error):
         f"{error.condition}: {error.description}"
 
 
+def _plain_subscription(consumer):
+    """Whether C{consumer} reads a non-durable topic subscription of its own."""
+    queue = consumer.queue
+    return queue.pattern is not None and queue.durable_key is None
+
+
 def _header(headers, name):
     for key, value in headers:
         if key == name:
@@ -356,4 +434,5 @@ _DISPATCH = {
     Commit: StompBrokerSession._commit,
     Abort: StompBrokerSession._abort,
     Disconnect: StompBrokerSession._disconnect,
+    IngressRefused: StompBrokerSession._ingress_refused,
 }

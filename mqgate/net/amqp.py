@@ -15,9 +15,10 @@ class AmqpServerFactory(EngineFactory):
     """Builds AMQP connections for one connection service."""
 
     def __init__(self, *, settings, broker, authenticator, clock, flusher, glue_config,
-                 container_id, allow_anonymous=True, header_timeout=None):
+                 container_id, allow_anonymous=True, header_timeout=None, egress=None):
         super().__init__(clock=clock, flusher=flusher, setup_timeout=header_timeout or
-                         settings["mqgate.authentication.client.response.timeout"])
+                         settings["mqgate.authentication.client.response.timeout"],
+                         egress=egress)
         self.settings = settings
         self.broker = broker
         self.authenticator = authenticator
@@ -37,7 +38,8 @@ class AmqpServerFactory(EngineFactory):
         glue = AmqpBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                  self.glue_config, protocol.request_flush, peer=protocol.peer,
                                  pause_reading=protocol.pause_reading,
-                                 resume_reading=protocol.resume_reading)
+                                 resume_reading=protocol.resume_reading,
+                                 egress=self.egress)
         return engine, glue
 
     def abandon(self, engine, why, description):

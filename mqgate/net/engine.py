@@ -20,8 +20,12 @@ only when neither wants it paused (the reasons are kept in a set, so neither sid
 resume undoes the other's pause).
 """
 
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from zope.interface import implementer
+
+from mqgate.glue.egress import EgressContext
 
 from mqgate.net.pool import RefusalGate
 
@@ -62,8 +66,15 @@ class Flusher:
         self._call = None
 
 
+@implementer(IPushProducer)
 class EngineProtocol(Protocol):
-    """One broker-side connection driven by an engine and its glue."""
+    """One broker-side connection driven by an engine and its glue.
+
+    It is also the transport's streaming producer (S9.3): when the socket's send buffer
+    fills, the transport calls C{pauseProducing} and the glue's egress queues stop
+    being served (deliveries then wait there, bounded, not in the transport's buffer);
+    C{resumeProducing} serves them again.
+    """
 
     log = Logger()
 
@@ -78,6 +89,7 @@ class EngineProtocol(Protocol):
         self._lane = None       # the pool's way in for our bytes (S1.6); None: direct
         self.refused = None     # why the pool had no room for us, or None
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
+        self._writing_paused = False   # the transport's send buffer is full (S9.3)
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -85,6 +97,7 @@ class EngineProtocol(Protocol):
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self.engine, self.glue = factory.make_session(self)
+        self.transport.registerProducer(self, True)
         factory.connections.add(self)
         self._join_pool()
         self._setup_deadline = factory.clock.seconds() + factory.setup_timeout
@@ -163,6 +176,27 @@ class EngineProtocol(Protocol):
         if lane is not None:
             lane.release()
 
+    # -- the transport's producer (S9.3) -------------------------------------------------
+
+    def pauseProducing(self):
+        """The send buffer is full: write nothing more from the egress queues."""
+        if not self._writing_paused:
+            self._writing_paused = True
+            self.glue.egress.paused()
+
+    def resumeProducing(self):
+        """The send buffer drained: serve the egress queues again."""
+        if self._writing_paused:
+            self._writing_paused = False
+            self.glue.egress.resumed()
+            self.flush()
+
+    def stopProducing(self):
+        """The transport is going; connectionLost does the rest."""
+
+    def _is_writing_paused(self):
+        return self._writing_paused
+
     def request_flush(self):
         """Ask for a flush in the next reactor turn (output made outside dataReceived)."""
         self.factory.flusher.mark(self)
@@ -172,9 +206,19 @@ class EngineProtocol(Protocol):
         engine = self.engine
         if engine is None:
             return
+        egress = self.glue.egress
         out = engine.data_to_send()
         if out:
-            self.transport.write(out)
+            if engine.finished:
+                # The goodbye goes out whatever the buffer says: nothing follows it.
+                egress.flush_control(self.transport.write)
+                self.transport.write(out)
+            elif self._writing_paused or egress.holding_control:
+                egress.hold_control(out)   # C-1: served first once we may write
+            else:
+                self.transport.write(out)
+        if not self._writing_paused and egress.has_pending:
+            egress.drain(self.transport.write, self._is_writing_paused)
         if self._awaiting_ready and engine.ready and not engine.finished:
             # The handshake is done (possibly just now, after an asynchronous login):
             # the peer's heart-beat or idle timeout is known, so the engine's timers
@@ -257,11 +301,13 @@ class EngineFactory(Factory):
     pool = None
     noisy = False  # ConnectionService logs one line per service; per-connection is noise
 
-    def __init__(self, *, clock, flusher, setup_timeout):
+    def __init__(self, *, clock, flusher, setup_timeout, egress=None):
         self.clock = clock
         self.flusher = flusher
         self.setup_timeout = setup_timeout
         self.connections = set()
+        # What every connection's egress shares (S9.4-S9.7); one per broker.
+        self.egress = egress if egress is not None else EgressContext(clock)
 
     def buildProtocol(self, addr):
         return self.protocol(self)

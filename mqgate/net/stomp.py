@@ -7,6 +7,7 @@ from mqgate import __version__
 from mqgate.glue.stomp import StompBrokerSession
 from mqgate.net.engine import EngineFactory
 from mqgate.stomp.connection import StompConnection
+from mqgate.stomp.frames import FrameLimits
 
 __all__ = ["StompServerFactory"]
 
@@ -15,20 +16,25 @@ class StompServerFactory(EngineFactory):
     """Builds STOMP connections for one connection service."""
 
     def __init__(self, *, broker, authenticator, clock, flusher, glue_config,
-                 setup_timeout, heartbeat=(10000, 10000)):
-        super().__init__(clock=clock, flusher=flusher, setup_timeout=setup_timeout)
+                 setup_timeout, heartbeat=(10000, 10000), egress=None):
+        super().__init__(clock=clock, flusher=flusher, setup_timeout=setup_timeout,
+                         egress=egress)
         self.broker = broker
         self.authenticator = authenticator
         self.glue_config = glue_config
         self.heartbeat = heartbeat
 
     def make_session(self, protocol):
+        guaranteed, direct = self.egress.ingress_limits
         engine = StompConnection(server=True, server_name=f"mqgate/{__version__}",
-                                 heartbeat=self.heartbeat)
+                                 heartbeat=self.heartbeat,
+                                 limits=FrameLimits(max_body_size=direct,
+                                                    max_guaranteed_size=guaranteed))
         glue = StompBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                   self.glue_config, protocol.request_flush,
                                   peer=protocol.peer, pause_reading=protocol.pause_reading,
-                                  resume_reading=protocol.resume_reading)
+                                  resume_reading=protocol.resume_reading,
+                                  egress=self.egress)
         return engine, glue
 
     def abandon(self, engine, why, description):

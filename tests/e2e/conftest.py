@@ -34,3 +34,11 @@ def broker_factory(tmp_path):
 def broker(broker_factory):
     """A broker on the shipped configuration, with OS-chosen ports, listening."""
     return broker_factory()
+
+
+@pytest.fixture
+def passfile(tmp_path):
+    """A password file with the default admin user's password (S4.6)."""
+    path = tmp_path / "cmd-passfile"
+    path.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
+    return path

@@ -138,7 +138,7 @@ def test_fits_up_to_max_depth_exactly():
     max-depth."""
     scheduler = limited(max_depth=10, min_msg_burst=0)
     for i in range(5):
-        assert scheduler.offer_direct(i, 4096) == []
+        assert not scheduler.offer_direct(i, 4096)
     assert scheduler.queue_stats(D1).length_units == 10
     assert scheduler.discards == 0
 
@@ -148,7 +148,7 @@ def test_min_msg_burst_admits_large_messages_over_max_depth():
     whatever its size, so a burst of 1 MB messages passes a 2-unit max-depth."""
     scheduler = limited(max_depth=2, min_msg_burst=4)
     for i in range(4):
-        assert scheduler.offer_direct(i, MB) == []
+        assert not scheduler.offer_direct(i, MB)
     stats = scheduler.queue_stats(D1)
     assert (stats.length_msgs, stats.length_units, stats.discards) == (4, 2048, 0)
 

@@ -16,6 +16,8 @@ from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
+from mqgate.egress.slowness import SlowSubscriberMeter
+from mqgate.glue.egress import Egress
 from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import Connection
 from mqgate.amqp.events import AuthenticationRequested, ConnectionClosed, ConnectionOpened
@@ -456,6 +458,10 @@ class RecordingEngine:
 
 
 class RecordingGlue:
+    def __init__(self, engine, clock):
+        # The adapter serves every connection's egress queues (S9.3); these stay empty.
+        self.egress = Egress(engine, SlowSubscriberMeter(clock), lambda: None)
+
     def handle(self, events):
         pass
 
@@ -472,7 +478,8 @@ class RecordingFactory(EngineFactory):
         self.log = []
 
     def make_session(self, protocol):
-        return RecordingEngine(protocol.peer.split(":")[1], self.log), RecordingGlue()
+        engine = RecordingEngine(protocol.peer.split(":")[1], self.log)
+        return engine, RecordingGlue(engine, self.clock)
 
 
 def connect(factory, port):

@@ -1,0 +1,141 @@
+"""
+``mqgate cmd``: admin commands sent to a running broker's admin service (S11.1).
+
+    mqgate cmd [-b HOST:PORT] [-u USER] [--passfile PATH] VERB OBJECT [ARGUMENT ...]
+
+    mqgate cmd show client-profile default detail
+    mqgate cmd -b broker.example:7676 show client '*' stats queue
+    mqgate cmd show client '*' slow-subscriber
+
+Like the source's imqcmd (FACTS 1.8): C{-b} names the broker's port mapper (default
+localhost and C{mqgate.portmapper.port}, 7676), which says where the C{admin} service
+listens; C{-b mqtcp://HOST:PORT/admin} names the admin service's own port. C{-u}
+(default C{admin}) must be a user of group admin. The password is never given on the
+command line (S4.6): it is C{mqgate.imqcmd.password} (or C{imq.imqcmd.password}) in the
+password file (C{mqgate.passfile.*}, or C{--passfile PATH}), else it is asked for at
+the terminal.
+
+Exit status: 0 done; 1 the broker answered with an error (bad command, unknown
+client or profile); 2 the request could not be made (address, login, configuration).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from mqgate.admin.client import DEFAULT_TIMEOUT, AdminClient, AdminClientError, \
+    find_service_port
+from mqgate.admin.requests import OK
+from mqgate.admin.show import COMMANDS
+from mqgate.errors import ConfigError
+from mqgate.portmap.table import DEFAULT_PORT, MqAddressError, parse_mq_url
+from mqgate.security.passfile import find_password
+
+__all__ = ["add_parser", "PASSWORD_KEY"]
+
+#: The password file key of the admin user's password (the source's imq.imqcmd.password).
+PASSWORD_KEY = "mqgate.imqcmd.password"
+
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def add_parser(commands, common, settings_of):
+    """Add the C{cmd} subcommand to the C{mqgate} parser.
+
+    @param commands: the parser's subparsers.
+    @param common: adds the options every tool shares (--config, --varhome, -D ...).
+    @param settings_of: C{settings_of(args) -> Settings}.
+    """
+    listing = "\n".join(f"  {command.usage}\n      {command.help}"
+                        for command in COMMANDS.values())
+    parser = commands.add_parser(
+        "cmd", help="send an admin command to a running broker (S11.1)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Send one admin command to a running broker's admin service and "
+                    "print the answer. The password of the admin user comes from the "
+                    "password file (mqgate.imqcmd.password) or is asked for; it is "
+                    "never given on the command line.",
+        epilog=f"commands:\n{listing}\n\nNAME may be a pattern with * and ?; quote it "
+               "for the shell ('*').\n\nexit status: 0 done, 1 the broker answered "
+               "with an error, 2 the command could not be sent")
+    common(parser)
+    parser.add_argument(
+        "-b", "--broker", metavar="HOST:PORT",
+        help="the broker's port mapper (default localhost:mqgate.portmapper.port, "
+             f"{DEFAULT_PORT}), or mqtcp://HOST:PORT/admin for the admin port itself")
+    parser.add_argument("-u", "--user", default="admin",
+                        help="a user of group admin (default admin)")
+    parser.add_argument("--passfile", metavar="PATH",
+                        help="password file holding mqgate.imqcmd.password "
+                             "(default: the broker's, when mqgate.passfile.enabled)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds to wait for the broker ({DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--json", action="store_true",
+                        help="print the answer's data as JSON instead of the table")
+    parser.add_argument("words", nargs="+", metavar="WORD",
+                        help="the command, VERB OBJECT [ARGUMENT ...], e.g. show "
+                             "client-profile default detail")
+    parser.set_defaults(run=lambda args: run(args, settings_of))
+    return parser
+
+
+def run(args, settings_of, *, out=None, err=None):
+    """Run C{mqgate cmd}; return the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if len(args.words) < 2:
+        print("mqgate cmd: give a verb and an object, e.g. show client-profile "
+              "default", file=err)
+        return 2
+    try:
+        if args.passfile:
+            path = os.path.abspath(args.passfile)
+            args.defines = list(args.defines) + [
+                "mqgate.passfile.enabled=true",
+                f"mqgate.passfile.dirpath={os.path.dirname(path)}",
+                f"mqgate.passfile.name={os.path.basename(path)}"]
+        settings = settings_of(args)
+        host, port = _admin_address(settings, args)
+        password = _password(settings, args.user)
+        with AdminClient(host, port, args.user, password, args.timeout) as client:
+            reply = client.request(args.words[0], args.words[1], args.words[2:])
+    except (AdminClientError, ConfigError, MqAddressError) as e:
+        print(f"mqgate cmd: {e}", file=err)
+        return 2
+    if reply.status != OK:
+        print(f"mqgate cmd: {reply.text} (status {reply.status})", file=err)
+        return 1
+    if args.json:
+        print(json.dumps(reply.data, indent=2, sort_keys=True), file=out)
+    else:
+        print(reply.text, end="" if reply.text.endswith("\n") else "\n", file=out)
+    return 0
+
+
+def _admin_address(settings, args):
+    """C{(host, port)} of the admin service, through the port mapper unless direct."""
+    if args.broker is None:
+        host, port = settings.portmapper_address()
+        host = "localhost" if host in _WILDCARD_HOSTS else host
+        return host, find_service_port(host, port, "admin", args.timeout)
+    address = parse_mq_url(args.broker)
+    if "/" not in args.broker.split("://", 1)[-1]:
+        address = address._replace(service="admin")   # HOST:PORT alone: imqcmd's -b
+    if address.tls:
+        raise AdminClientError("mqgate cmd does not speak TLS yet: use the admin "
+                               "service (plain tcp)")
+    if address.direct:
+        return address.host, address.port
+    return address.host, find_service_port(address.host, address.port, address.service,
+                                           args.timeout)
+
+
+def _password(settings, user):
+    password = find_password(settings, PASSWORD_KEY, f"Password of {user}: ")
+    if password is None:
+        raise ConfigError(PASSWORD_KEY, "(not given)",
+                          "the password of the admin user in the password file "
+                          "(mqgate.passfile.enabled=true, or --passfile PATH), or typed "
+                          "at a terminal")
+    return password

@@ -1,0 +1,305 @@
+"""
+The core's side of the message store (S3.1, S3.4, S8.1; ARCHITECTURE "the path of one
+message").
+
+The broker is given one L{Persistence} (or none: then nothing is ever stored). It gives
+every queue whose messages outlive the broker, a plain queue or a durable subscription,
+a L{QueueStore}; temporary queues and non-durable subscriptions get none, and neither
+does a queue of a broker without a store. Only a message that is persistent
+(C{BrokerMessage.durable}) and lands on a queue with a L{QueueStore} touches the store,
+so the non-persistent path costs one attribute test.
+
+What the store sees, and when:
+
+ - a persistent message is added (key: its queue's, id: its C{seq}) before its queue
+   may hand it to anyone, so that its removal can never overtake its addition;
+   L{mqgate.core.broker.Producer.send} returns the Deferred of that addition (for a
+   topic, of all of them), which fires once the store has the message as configured
+   (S3.4); the glue settles the producer's delivery then, and only then;
+ - it is removed when it leaves for good: a consumer settles it ACCEPTED or REJECTED,
+   a pre-settled consumer takes it, or it expires;
+ - its delivery count is written when a delivery fails (MODIFIED with
+   delivery-failed, or its consumer went away with it unsettled);
+ - destinations and durable subscriptions are written when made and forgotten when
+   deleted, with everything stored under them.
+
+Store failures. A failed add errbacks the producer's Deferred with L{StorageFailed}
+(the glue rejects the delivery with its condition and description). The message stays
+queued in memory: the store is fail-stop (L{mqgate.store.interfaces.StoreFailed}), so
+the broker goes on as a non-persistent one and says so in its log; every other failed
+store call is logged once per kind of error and then only counted.
+
+Keys: the same text as L{mqgate.store.interfaces.destination_key} and C{durable_key}
+(the core may not import the store; tests/core/test_persistence.py checks that they
+agree).
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from mqgate.core.addresses import QUEUE, TOPIC, canonical
+from mqgate.errors import ProtocolError
+
+__all__ = ["Persistence", "QueueStore", "StorageFailed", "RecoverySummary",
+           "durable_key", "stored_on"]
+
+_DURABLE_PREFIX = "durable://"
+
+
+def durable_key(container_id, name):
+    """The store key of durable subscription C{(container_id, name)}'s backlog."""
+    return f"{_DURABLE_PREFIX}{len(container_id)}:{container_id}/{name}"
+
+
+def _parse_durable_key(key):
+    # The inverse of durable_key: (container_id, name), or None.
+    rest = key[len(_DURABLE_PREFIX):]
+    length, colon, rest = rest.partition(":")
+    if not colon or not length.isdigit() or rest[int(length):int(length) + 1] != "/":
+        return None
+    return rest[:int(length)], rest[int(length) + 1:]
+
+
+class StorageFailed(ProtocolError):
+    """The store did not take a persistent message: its producer's delivery is
+    refused with this condition (S3.6: never acknowledged unless stored)."""
+
+    condition = "amqp:internal-error"
+
+
+class QueueStore:
+    """One queue's way to the store: its key, and the calls the queue makes.
+
+    @ivar key: the store key (C{'queue://orders'}, or a L{durable_key}).
+    """
+
+    __slots__ = ("key", "_persistence", "_store")
+
+    def __init__(self, persistence, key):
+        self.key = key
+        self._persistence = persistence
+        self._store = persistence.store
+
+    def __repr__(self):
+        return f"<QueueStore {self.key!r}>"
+
+    def add(self, message):
+        """Store C{message}; a Deferred that fires when it is stored, or errbacks with
+        L{StorageFailed}."""
+        p = self._persistence
+        d = self._store.add_message(self.key, message.seq, p.encode(message))
+        d.addErrback(p.add_failed, self.key, message.seq)
+        return d
+
+    def remove(self, message):
+        """C{message} left this queue for good."""
+        self._store.remove_message(self.key, message.seq).addErrback(
+            self._persistence.failed, "remove a message from", self.key)
+
+    def count(self, message, delivery_count):
+        """A delivery of C{message} failed: remember how many times it did (S2.9)."""
+        self._store.update_delivery_count(self.key, message.seq, delivery_count).addErrback(
+            self._persistence.failed, "record a delivery count in", self.key)
+
+
+def stored_on(queues, message):
+    """Add C{message} to the store of each of C{queues} that has one (a topic's
+    subscriptions); one Deferred for them all, or C{None} when none stores it."""
+    stored = [q.store.add(message) for q in queues if q.store is not None]
+    if not stored:
+        return None
+    if len(stored) == 1:
+        return stored[0]
+    d = defer.DeferredList(stored, fireOnOneErrback=True, consumeErrors=True)
+    d.addCallbacks(lambda _: None, lambda failure: failure.value.subFailure)
+    return d
+
+
+class RecoverySummary:
+    """What L{Persistence.restore} rebuilt, for the start-up log line."""
+
+    __slots__ = ("messages", "holding", "destinations", "durables", "prepared",
+                 "warnings")
+
+    def __init__(self):
+        self.messages = 0       # persistent messages put back on their queues
+        self.holding = 0        # queues (and subscriptions) they went to
+        self.destinations = 0
+        self.durables = 0
+        self.prepared = 0
+        self.warnings = []
+
+    def __repr__(self):
+        return (f"<RecoverySummary messages={self.messages} holding={self.holding}"
+                f" destinations={self.destinations} durables={self.durables}>")
+
+
+class Persistence:
+    """The broker's store, and the translation between messages and stored bytes.
+
+    @param store: an L{mqgate.store.interfaces.IMessageStore}, recovered by the caller.
+    @param encode: C{encode(message) -> bytes}: what to store of a L{BrokerMessage}
+        (the glue's encoded message; the core never looks inside a payload).
+    @param decode: C{decode(bytes) -> BrokerMessage}: the inverse, for recovery.
+    @ivar failures: store calls that failed, by exception class name.
+    """
+
+    log = Logger(namespace="mqgate.persistence")
+
+    def __init__(self, store, encode, decode):
+        self.store = store
+        self.encode = encode
+        self.decode = decode
+        self.failures = {}
+        # While recovery rebuilds the broker, what it creates is in the store already.
+        self._restoring = False
+
+    # -- what the broker calls ---------------------------------------------------------
+
+    def queue_store(self, kind, name):
+        """The L{QueueStore} of destination C{(kind, name)}."""
+        return QueueStore(self, canonical(kind, name))
+
+    def durable_store(self, container_id, name):
+        """The L{QueueStore} of durable subscription C{(container_id, name)}."""
+        return QueueStore(self, durable_key(container_id, name))
+
+    def destination_created(self, kind, name):
+        if not self._restoring:
+            self.store.add_destination(kind, name, {}).addErrback(
+                self.failed, "store destination", canonical(kind, name))
+
+    def destination_deleted(self, kind, name):
+        self.store.remove_destination(kind, name).addErrback(
+            self.failed, "forget destination", canonical(kind, name))
+
+    def durable_created(self, container_id, name, topic, selector):
+        if not self._restoring:
+            text = None if selector is None else selector.text
+            self.store.add_durable(container_id, name, topic, text).addErrback(
+                self.failed, "store durable subscription", durable_key(container_id, name))
+
+    def durable_deleted(self, container_id, name):
+        self.store.remove_durable(container_id, name).addErrback(
+            self.failed, "forget durable subscription", durable_key(container_id, name))
+
+    # -- failures ----------------------------------------------------------------------
+
+    def add_failed(self, failure, key, message_id):
+        """Errback of an add: log, and hand the producer a L{StorageFailed}."""
+        self.failed(failure, "store a message in", key)
+        raise StorageFailed(
+            f"the broker could not store persistent message {message_id} "
+            f"({failure.getErrorMessage()}); it was not acknowledged")
+
+    def failed(self, failure, what, key):
+        """Errback of every store call: the first failure of each kind is logged."""
+        kind = failure.type.__name__
+        seen = self.failures.get(kind, 0)
+        self.failures[kind] = seen + 1
+        if not seen:
+            self.log.failure("could not {what} {key} in the store; further {kind} "
+                             "failures are only counted", failure, what=what, key=key,
+                             kind=kind)
+
+    # -- recovery (S3.1) ---------------------------------------------------------------
+
+    def restore(self, broker, recovered):
+        """Rebuild C{broker}'s destinations, durable subscriptions and their pending
+        messages, in order, from a L{mqgate.store.interfaces.Recovered}.
+
+        Must run before any producer or consumer is attached: the broker's C{seq}
+        then continues above C{recovered.max_message_id}.
+
+        @return: a L{RecoverySummary}.
+        """
+        summary = RecoverySummary()
+        summary.warnings.extend(recovered.warnings)
+        self._restoring = True
+        try:
+            for stored in recovered.destinations:
+                if stored.kind == QUEUE:
+                    broker.create_queue(stored.name)
+                elif stored.kind == TOPIC:
+                    broker.create_topic(stored.name)
+                else:
+                    summary.warnings.append(f"unknown destination kind {stored.kind!r}"
+                                            f" of {stored.name!r} ignored")
+                    continue
+                summary.destinations += 1
+            queues = {canonical(QUEUE, name): broker.queue(name) for name in broker.queues()}
+            for stored in recovered.durables:
+                try:
+                    queue = broker.restore_durable(stored.container_id, stored.name,
+                                                   stored.topic, stored.selector)
+                except ProtocolError as e:
+                    summary.warnings.append(
+                        f"durable subscription {stored.name!r} of {stored.container_id!r}"
+                        f" not restored: {e.description}")
+                    continue
+                queues[durable_key(stored.container_id, stored.name)] = queue
+                summary.durables += 1
+        finally:
+            self._restoring = False
+        shared = {}
+        for key, messages in recovered.messages.items():
+            queue = queues.get(key) or self._orphan(broker, key, summary)
+            if queue is None or not messages:
+                continue
+            summary.holding += 1
+            for stored in messages:
+                message = shared.get(stored.message_id)
+                if message is None:
+                    message = self._message(stored, summary)
+                    if message is None:
+                        queue.store.remove(_Stub(stored.message_id))
+                        continue
+                    shared[stored.message_id] = message
+                queue.publish(message)
+                summary.messages += 1
+        summary.prepared = len(recovered.prepared)
+        if recovered.prepared:
+            summary.warnings.append(
+                f"{len(recovered.prepared)} prepared transactions are kept in the store"
+                " for their coordinator")
+        broker.continue_seq(recovered.max_message_id)
+        return summary
+
+    def _message(self, stored, summary):
+        try:
+            message = self.decode(stored.data)
+        except Exception as e:   # a record that passed its checksum but does not parse
+            summary.warnings.append(f"stored message {stored.message_id} of "
+                                    f"{stored.destination!r} is unreadable ({e}); removed")
+            return None
+        message.durable = True
+        message.seq = stored.message_id
+        if stored.delivery_count > message.delivery_count:
+            message.delivery_count = stored.delivery_count
+        return message
+
+    def _orphan(self, broker, key, summary):
+        # Messages under a key no stored destination or subscription owns.
+        if key.startswith("queue://"):
+            name = key[len("queue://"):]
+            summary.warnings.append(f"queue {name!r} held stored messages but was not "
+                                    "itself stored; it was recreated")
+            queue = broker.create_queue(name)
+            return queue
+        parsed = _parse_durable_key(key) if key.startswith(_DURABLE_PREFIX) else None
+        if parsed is not None:
+            self.durable_deleted(*parsed)
+        elif key.startswith("topic://"):
+            self.destination_deleted(TOPIC, key[len("topic://"):])
+        summary.warnings.append(f"stored messages under {key!r} belong to nothing; "
+                                "removed")
+        return None
+
+
+class _Stub:
+    """Just enough of a message for L{QueueStore.remove}."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq):
+        self.seq = seq

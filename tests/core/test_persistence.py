@@ -1,0 +1,289 @@
+"""The core with a store (S3.1, S3.4, S8.1): what reaches the store and when, with the
+in-memory store and a Clock (mqgate/core/persistence.py)."""
+
+import pytest
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
+from zope.interface import implementer
+
+from mqgate.core import Broker, BrokerMessage, CoreConfig
+from mqgate.core.persistence import Persistence, StorageFailed, durable_key
+from mqgate.store import (
+    IMessageStore, MemoryStore, StoreFailed, destination_key)
+from mqgate.store import durable_key as store_durable_key
+
+from tests.core import consume
+
+
+def stored_broker(store=None, **config):
+    """A broker on a Clock with a recovered store; returns C{(broker, store, clock)}."""
+    store = store or MemoryStore()
+    clock = Clock()
+    recovered = store.recover()
+    persistence = Persistence(store, encode=lambda m: m.payload,
+                              decode=lambda data: BrokerMessage(data))
+    broker = Broker(clock, CoreConfig(**config), persistence=persistence)
+    return broker, store, clock, recovered
+
+
+def held(store, key):
+    """C{[(message_id, data, count)]} stored under C{key}."""
+    messages = store._ledger.messages.get(key, {})
+    return [(mid, bytes(value[0]), value[1]) for mid, value in messages.items()]
+
+
+def restart(store):
+    """A new broker rebuilt from what C{store} would keep across a restart."""
+    again = store.restarted()
+    broker, _, clock, recovered = stored_broker(again)
+    summary = broker.persistence.restore(broker, recovered.result)
+    return broker, again, summary
+
+
+def test_store_keys_are_the_stores_own():
+    """The core spells keys as mqgate.store.interfaces does (it may not import it)."""
+    assert durable_key("client-1", "sub") == store_durable_key("client-1", "sub")
+    assert durable_key("a:b/c", "d/e") == store_durable_key("a:b/c", "d/e")
+    broker, _, _, _ = stored_broker()
+    assert broker.create_queue("q").store.key == destination_key("queue", "q")
+
+
+def test_persistent_message_is_stored_and_send_returns_its_deferred():
+    """S3.4: a persistent message on a queue is stored under the queue's key with its
+    seq as id; send returns a Deferred that has fired once the store has it."""
+    broker, store, _, _ = stored_broker()
+    producer = broker.open_producer("queue://q")
+    message = BrokerMessage(b"keep", durable=True)
+    d = producer.send(message)
+    assert isinstance(d, defer.Deferred) and d.called
+    assert held(store, "queue://q") == [(message.seq, b"keep", 0)]
+
+
+def test_non_persistent_message_never_touches_the_store():
+    """S8.4: send returns None for a non-persistent message and stores nothing."""
+    broker, store, _, _ = stored_broker()
+    producer = broker.open_producer("queue://q")
+    assert producer.send(BrokerMessage(b"fleeting")) is None
+    assert held(store, "queue://q") == []
+
+
+def test_a_broker_without_a_store_returns_none_for_persistent_messages():
+    """Without persistence the durable flag changes nothing (and costs nothing)."""
+    broker = Broker(Clock())
+    assert broker.open_producer("queue://q").send(BrokerMessage(b"x", durable=True)) is None
+
+
+class _SlowStore:
+    """A MemoryStore whose adds fire only when told (a disk taking its time)."""
+
+    def __init__(self):
+        self.inner = MemoryStore()
+        self.pending = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def add_message(self, *args, **kwargs):
+        d = defer.Deferred()
+        self.pending.append((self.inner.add_message(*args, **kwargs), d))
+        return d
+
+    def release(self):
+        for done, d in self.pending:
+            done.chainDeferred(d)
+        self.pending = []
+
+
+def test_send_waits_for_the_store_while_consumers_already_get_the_message():
+    """S3.4: the Deferred fires only when the store confirms; delivery does not wait
+    (the add is ordered before any removal, so settling first is safe)."""
+    store = _SlowStore()
+    broker, _, _, _ = stored_broker(store)
+    consumer, target = consume(broker, "queue://q", credit=5)
+    d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+    assert not d.called
+    assert target.payloads == [b"m"]
+    target.settle_all()
+    store.release()
+    assert d.called and d.result is None
+    assert held(store.inner, "queue://q") == []
+
+
+@pytest.mark.parametrize("outcome, kept", [
+    ("accepted", False), ("rejected", False), ("released", True)])
+def test_settlement_removes_what_leaves_for_good(outcome, kept):
+    """S3.1: ACCEPTED and REJECTED remove the stored message; RELEASED keeps it."""
+    broker, store, _, _ = stored_broker()
+    consumer, target = consume(broker, "queue://q", credit=1)
+    broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+    consumer.settle(target.deliveries[0], outcome)
+    assert bool(held(store, "queue://q")) is kept
+
+
+def test_failed_deliveries_store_the_delivery_count():
+    """S2.9: MODIFIED(delivery-failed) and a consumer leaving with the message unsettled
+    both raise its delivery count, and the store keeps it."""
+    broker, store, _, _ = stored_broker()
+    consumer, target = consume(broker, "queue://q", credit=1)
+    broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+    consumer.settle(target.deliveries[0], "modified", delivery_failed=True)
+    assert held(store, "queue://q")[0][2] == 1
+    consumer.set_credit(1)
+    consumer.close()
+    assert held(store, "queue://q")[0][2] == 2
+
+
+def test_presettled_consumer_and_expiry_remove_the_stored_message():
+    """S8.1: a pre-settled hand-over is final; S2.9: an expired message is gone."""
+    broker, store, clock, _ = stored_broker()
+    producer = broker.open_producer("queue://q")
+    producer.send(BrokerMessage(b"old", durable=True, expiry=5.0))
+    producer.send(BrokerMessage(b"new", durable=True))
+    clock.advance(10)
+    consumer, target = consume(broker, "queue://q", credit=5, presettled=True)
+    assert target.payloads == [b"new"]
+    assert held(store, "queue://q") == []
+
+
+def test_topic_stores_only_on_durable_subscriptions():
+    """S8.4, S3.1: a persistent message published to a topic is stored once per durable
+    subscription (under its key), never for a non-durable one."""
+    broker, store, _, _ = stored_broker()
+    consume(broker, "topic://t", durable_name="a", container_id="c1")
+    consume(broker, "topic://t", durable_name="b", container_id="c1")
+    consume(broker, "topic://t")
+    message = BrokerMessage(b"fan", durable=True)
+    d = broker.open_producer("topic://t").send(message)
+    assert d.called and d.result is None
+    assert held(store, durable_key("c1", "a")) == [(message.seq, b"fan", 0)]
+    assert held(store, durable_key("c1", "b")) == [(message.seq, b"fan", 0)]
+    assert sorted(store._ledger.messages) == [durable_key("c1", "a"), durable_key("c1", "b")]
+    assert broker.open_producer("topic://t").send(BrokerMessage(b"x")) is None
+
+
+def test_destinations_and_durables_are_stored_and_forgotten():
+    """S3.1: destinations (auto-created too) and durable subscriptions are stored when
+    made and forgotten, with their messages, when deleted; temporary ones never are."""
+    broker, store, _, _ = stored_broker()
+    broker.open_producer("queue://auto")
+    broker.create_topic("news")
+    consumer, _ = consume(broker, "topic://news", durable_name="s", container_id="c")
+    temporary, _ = consume(broker, None, dynamic=True)
+    ledger = store._ledger
+    assert list(ledger.destinations) == [("queue", "auto"), ("topic", "news")]
+    assert ledger.durables == {("c", "s"): ("news", None)}
+    broker.open_producer("topic://news").send(BrokerMessage(b"m", durable=True))
+    consumer.close(remove=True)   # AMQP detach closed=true: unsubscribe
+    assert ledger.durables == {} and durable_key("c", "s") not in ledger.messages
+    broker.open_producer("queue://auto").send(BrokerMessage(b"m", durable=True))
+    broker._delete_destination(broker.queue("auto"))
+    assert ("queue", "auto") not in ledger.destinations
+    assert "queue://auto" not in ledger.messages
+    temporary.close()
+    assert list(ledger.destinations) == [("topic", "news")]
+
+
+@implementer(IMessageStore)
+class _FailingStore(MemoryStore):
+    """Every add fails as a broken disk would make it (fail-stop)."""
+
+    def add_message(self, destination, message_id, data, *, txn=None):
+        return defer.fail(StoreFailed(OSError(28, "No space left on device")))
+
+
+def test_a_failed_add_errbacks_with_a_condition_and_is_logged():
+    """S3.6: a message the store refused is never acknowledged: send's Deferred
+    errbacks with StorageFailed (amqp:internal-error and a description), and the
+    failure is logged."""
+    broker, _, _, _ = stored_broker(_FailingStore())
+    with capturedLogs() as events:
+        d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+        failure = []
+        d.addErrback(failure.append)
+    [failure] = failure
+    assert failure.check(StorageFailed)
+    assert failure.value.condition == "amqp:internal-error"
+    assert "No space left on device" in failure.value.description
+    assert any("log_failure" in e for e in events)
+    assert broker.persistence.failures == {"StoreFailed": 1}
+
+
+def test_recovery_rebuilds_destinations_subscriptions_and_messages_in_order():
+    """S3.1: after a restart the queues, topics and durable subscriptions are back with
+    their pending persistent messages, in order, delivery counts included; new
+    messages are numbered above every stored id."""
+    broker, store, _, _ = stored_broker()
+    consume(broker, "topic://t", durable_name="sub", container_id="c", selector="n IS NULL")
+    queue_producer = broker.open_producer("queue://q")
+    topic_producer = broker.open_producer("topic://t")
+    for n in range(5):
+        queue_producer.send(BrokerMessage(b"q%d" % n, durable=True))
+        topic_producer.send(BrokerMessage(b"t%d" % n, durable=True))
+    queue_producer.send(BrokerMessage(b"transient"))
+    consumer, target = consume(broker, "queue://q", credit=1)
+    consumer.settle(target.deliveries[0], "accepted")          # q0 is gone
+    consumer.set_credit(1)
+    consumer.close()                                           # q1 redelivered once
+    again, new_store, summary = restart(store)
+    assert (summary.messages, summary.holding) == (9, 2)
+    assert (summary.destinations, summary.durables) == (2, 1)
+    assert again.queues() == ["q"] and again.topics() == ["t"]
+    consumer, target = consume(again, "queue://q", credit=10)
+    assert target.payloads == [b"q1", b"q2", b"q3", b"q4"]
+    assert target.deliveries[0].delivery_count == 1
+    subscriber, got = consume(again, "topic://t", durable_name="sub", container_id="c",
+                              selector="n IS NULL", credit=10)
+    assert got.payloads == [b"t%d" % n for n in range(5)]
+    recovered_max = max(d.message.seq for d in target.deliveries + got.deliveries)
+    fresh = BrokerMessage(b"later", durable=True)
+    again.open_producer("queue://q").send(fresh)
+    assert fresh.seq > recovered_max
+
+
+def test_recovered_messages_are_removed_when_consumed():
+    """A recovered message is stored under the same key and id: accepting it after the
+    restart removes it from the store."""
+    broker, store, _, _ = stored_broker()
+    broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+    again, new_store, _ = restart(store)
+    consumer, target = consume(again, "queue://q", credit=1)
+    target.settle_all()
+    assert held(new_store, "queue://q") == []
+
+
+def test_recovery_does_not_store_what_it_restores():
+    """Rebuilding the broker writes nothing back to the store."""
+    broker, store, _, _ = stored_broker()
+    consume(broker, "topic://t", durable_name="s", container_id="c")
+    broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+    again = store.restarted()
+    recovered = again.recover().result
+    ops_before = again._ops
+    fresh = Broker(Clock(), CoreConfig(), persistence=Persistence(
+        again, encode=lambda m: m.payload, decode=lambda data: BrokerMessage(data)))
+    fresh.persistence.restore(fresh, recovered)
+    assert again._ops == ops_before
+
+
+def test_orphan_messages_recreate_their_queue_with_a_warning():
+    """Messages under a queue key with no stored destination bring the queue back
+    (and store it); under an unknown durable key they are dropped, with a warning."""
+    store = MemoryStore()
+    store.recover()
+    store.add_message("queue://lost", 7, b"x")
+    store.add_message(durable_key("c", "gone"), 8, b"y")
+    again, new_store, summary = restart(store)
+    assert again.queues() == ["lost"] and again.queue("lost").depth == 1
+    assert len(summary.warnings) == 2
+    assert durable_key("c", "gone") not in new_store._ledger.messages
+    assert ("queue", "lost") in new_store._ledger.destinations
+
+
+def test_seq_continues_above_the_stored_ids():
+    """Broker.continue_seq: message ids continue above the store's max_message_id."""
+    broker, _, _, _ = stored_broker()
+    broker.continue_seq(41)
+    message = BrokerMessage(b"m")
+    broker.open_producer("queue://q").send(message)
+    assert message.seq == 42

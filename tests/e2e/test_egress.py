@@ -1,0 +1,191 @@
+"""Per-client egress queues end to end (S9): a subscriber that stops reading costs the
+broker a bounded amount of memory, the others keep their pace, the stalled one is
+reported slow and its losses counted, and its first message after the losses says so;
+a message over the ingress limit gets its client disconnected (S9.5).
+
+The stalled subscriber is a real Proton client in a child process, stopped with SIGSTOP:
+it stops reading its socket, the kernel's buffers fill, the broker's transport pauses
+its writes (S9.3) and the subscriber's D queue starts discarding (S9.2).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from proton import Message
+from proton.reactor import AtMostOnce
+import pytest
+
+from tests.e2e.broker import REPO_ROOT, broker_environment
+from tests.e2e.proton_client import broker_url, opened, run_in_threads
+from tests.e2e.stomp_client import RawStomp
+from tests.e2e.admin_cmd import mqgate_cmd
+
+TOPIC = "topic://egress.prices"
+COUNT = 20_000
+BODY = "p" * 4000     # two work units each (S9.2)
+
+#: The stalled subscriber logs in as guest, whose profile keeps a D-1 of 100 work units
+#: (200 KiB: 50 of these messages); the other one as admin, whose D-1 holds all the
+#: test sends, so that its Python client may lag behind the producer and lose nothing.
+#: A client counts as slow after 3 s of the last minute.
+DEFINES = {
+    "mqgate.client_profile.small.d1.max_depth": "100",
+    "mqgate.client_profile.assign.guest": "small",
+    "mqgate.client_profile.big.d1.max_depth": "262144",
+    "mqgate.client_profile.assign.admin": "big",
+    "mqgate.egress.slow_subscriber.threshold": "5",
+}
+
+
+def produce(broker, seqs, end=True):
+    """Send pre-settled (direct) messages to TOPIC as fast as Proton goes, then END."""
+    with opened(broker, timeout=60) as conn:
+        sender = conn.create_sender(TOPIC, options=AtMostOnce())
+        for seq in seqs:
+            sender.send(Message(body=BODY, properties={"seq": seq}))
+        if end:
+            sender.send(Message(body="END"))
+        # Proton keeps pre-settled messages it has no credit for: they must have left
+        # before the connection closes.
+        conn.wait(lambda: sender.link.queued == 0, timeout=120,
+                  msg="sending the last messages")
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def wait_until(condition, what, timeout=30.0):
+    """Poll C{condition()} until it returns something true; fail after C{timeout}."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def cmd_json(broker, passfile, *words):
+    result = mqgate_cmd(broker, passfile, "--json", *words)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def client_of(broker, passfile, user):
+    rows = cmd_json(broker, passfile, "show", "client", "*", "stats", "queue")
+    return next((row for row in rows if row["user"] == user), None)
+
+
+def test_a_stalled_subscriber_is_bounded_reported_and_told(broker_factory, passfile,
+                                                          tmp_path):
+    """S9.1-S9.4, S9.7: while a SIGSTOPped subscriber of a topic stops reading, a
+    producer sends 80 MB of direct messages at full speed: the broker's memory grows by
+    far less than that; another subscriber then receives all of the next 80 MB while
+    the stalled one still reads nothing; the stalled one is
+    reported slow with its discards counted, and once it reads again the first message
+    after the gap carries x-opt-discard-indication."""
+    broker = broker_factory(DEFINES)
+    out = tmp_path / "slow.txt"
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.egress_consumer",
+         broker_url(broker, user="guest", password="guest"), TOPIC, str(out)],
+        cwd=str(REPO_ROOT), env=broker_environment(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert slow.stdout.readline().strip() == "ready"
+        os.kill(slow.pid, signal.SIGSTOP)
+        before = rss_bytes(broker.pid)
+        # 80 MB at full speed past a subscriber that reads nothing: the broker keeps a
+        # bounded part of it (its D-1 of 200 KiB and the socket buffers), no backlog.
+        run_in_threads([lambda: produce(broker, range(COUNT), end=False)], timeout=120)
+        grown = rss_bytes(broker.pid) - before
+        assert grown < 40 * 2**20, f"broker grew by {grown} bytes"
+
+        # Meanwhile another subscriber of the topic gets every message, in order.
+        attached = threading.Event()
+
+        def consume():
+            # Proton objects stay in the thread that made them.
+            with opened(broker, timeout=60) as conn:
+                receiver = conn.create_receiver(TOPIC, credit=1000, options=AtMostOnce())
+                attached.set()
+                seqs = []
+                while True:
+                    message = receiver.receive(timeout=60)
+                    if message.body == "END":
+                        return seqs
+                    seqs.append(message.properties["seq"])
+
+        def produce_again():
+            assert attached.wait(30), "the second subscriber never attached"
+            produce(broker, range(COUNT, 2 * COUNT))
+
+        _, received = run_in_threads([produce_again, consume], timeout=240)
+        assert received == list(range(COUNT, 2 * COUNT))
+
+        stalled = wait_until(lambda: client_of(broker, passfile, "guest"),
+                             "the stalled client in show client * stats queue")
+        d1 = next(q for q in stalled["queues"] if q["queue"] == "D-1")
+        assert d1["discards"] > 0, stalled
+        assert d1["max_depth"] == 100 and d1["length_units"] <= 100, d1
+        wait_until(lambda: [row for row in cmd_json(broker, passfile, "show", "client",
+                                                    "*", "slow-subscriber")
+                            if row["user"] == "guest" and row["slow"]],
+                   "the stalled client to be listed as a slow subscriber")
+        text = mqgate_cmd(broker, passfile, "show", "client", stalled["client"], "stats",
+                          "queue").stdout
+        assert "Slow Subscriber" in text and "Yes" in text, text
+    finally:
+        os.kill(slow.pid, signal.SIGCONT)
+    assert slow.wait(timeout=120) == 0
+    rows = [tuple(map(int, line.split())) for line in out.read_text().splitlines()]
+    seqs = [seq for seq, _ in rows]
+    assert seqs == sorted(seqs) and len(seqs) < COUNT
+    # The flag is on the first message after each gap, and nowhere else (S9.2).
+    gaps = {seqs[i] for i in range(1, len(seqs)) if seqs[i] != seqs[i - 1] + 1}
+    assert gaps, "the stalled subscriber lost nothing"
+    assert {seq for seq, flagged in rows if flagged} == gaps
+
+
+def test_message_over_the_guaranteed_limit_disconnects_its_client(broker):
+    """S9.5: a 31 MB persistent message gets its client disconnected with
+    CLIENT_CLIENT_MESSAGE_TOO_BIG (logged), while another client goes on working."""
+    with opened(broker) as other:
+        queue = other.create_receiver("queue://egress.big")
+        with pytest.raises(Exception) as failed:
+            with opened(broker, timeout=60) as conn:
+                sender = conn.create_sender("queue://egress.big")
+                sender.send(Message(body=b"x" * 31_000_000, durable=True))
+        assert "CLIENT_CLIENT_MESSAGE_TOO_BIG" in str(failed.value), failed.value
+        broker.wait_for_line(r"CLIENT_CLIENT_MESSAGE_TOO_BIG: .* sent a guaranteed "
+                             r"message of more than 30000000 bytes", timeout=10)
+        with opened(broker) as conn:
+            conn.create_sender("queue://egress.big").send(Message(body="small"))
+        assert queue.receive(timeout=10).body == "small"
+        queue.accept()
+
+
+def test_stomp_send_over_the_guaranteed_limit_is_refused_at_its_headers(broker):
+    """S9.5: a persistent STOMP SEND declaring 31 MB is refused as soon as its headers
+    end, with an ERROR naming CLIENT_CLIENT_MESSAGE_TOO_BIG."""
+    raw = RawStomp(broker.address("jms"), timeout=30)
+    try:
+        raw.send(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
+        assert raw.read_frame().command == "CONNECTED"
+        raw.send(b"SEND\ndestination:/queue/egress.big\npersistent:true\n"
+                 b"content-length:31000000\n\n" + b"x" * 1000)
+        frames = raw.read_until_closed()
+    finally:
+        raw.close()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert frames[0].get("message") == "CLIENT_CLIENT_MESSAGE_TOO_BIG"
