@@ -533,19 +533,26 @@ def parse_args(argv):
     return options
 
 
-def main(argv=None):
-    options = parse_args(sys.argv[1:] if argv is None else argv)
-    if options.role == "consume":
-        return run_consumer(options)
-    if options.role == "produce":
-        return run_producer(options)
-    modes = SCENARIOS if options.mode == "all" else (options.mode,)
+def run_roles(options, roles, scenarios, scenario_line):
+    """The C{main()} of every benchmark script: a client role (C{consume},
+    C{produce} ...) runs that client in this process; C{bench} runs each scenario and
+    prints its JSON line. Returns the exit code: 1 when a scenario failed."""
+    client = roles.get(options.role)
+    if client is not None:
+        return client(options)
     failed = False
-    for mode in modes:
-        line = scenario_line(options, mode)
+    for name in scenarios:
+        line = scenario_line(options, name)
         failed = failed or "error" in line
         print(json.dumps(line), flush=True)
     return 1 if failed else 0
+
+
+def main(argv=None):
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    roles = {"consume": run_consumer, "produce": run_producer}
+    scenarios = SCENARIOS if options.mode == "all" else (options.mode,)
+    return run_roles(options, roles, scenarios, scenario_line)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Run ``python bench/fanout.py --help``; ``bench/run.py`` runs both scenarios.
 """
 
 import argparse
-import json
 import selectors
 import sys
 import time
@@ -380,17 +379,9 @@ def parse_args(argv):
 
 def main(argv=None):
     options = parse_args(sys.argv[1:] if argv is None else argv)
-    if options.role == "consume-amqp":
-        return run_amqp_consumers(options)
-    if options.role == "consume-stomp":
-        return run_stomp_consumers(options)
-    protocols = SCENARIOS if options.protocol == "all" else (options.protocol,)
-    failed = False
-    for protocol in protocols:
-        line = scenario_line(options, protocol)
-        failed = failed or "error" in line
-        print(json.dumps(line), flush=True)
-    return 1 if failed else 0
+    roles = {"consume-amqp": run_amqp_consumers, "consume-stomp": run_stomp_consumers}
+    scenarios = SCENARIOS if options.protocol == "all" else (options.protocol,)
+    return amqp_throughput.run_roles(options, roles, scenarios, scenario_line)
 
 
 if __name__ == "__main__":

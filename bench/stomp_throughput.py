@@ -39,7 +39,6 @@ Run ``python bench/stomp_throughput.py --help``; ``bench/run.py`` runs every sce
 """
 
 import argparse
-import json
 import os
 import socket
 import subprocess
@@ -536,17 +535,9 @@ def parse_args(argv):
 
 def main(argv=None):
     options = parse_args(sys.argv[1:] if argv is None else argv)
-    if options.role == "consume":
-        return run_consumer(options)
-    if options.role == "produce":
-        return run_producer(options)
-    modes = SCENARIOS if options.mode == "all" else (options.mode,)
-    failed = False
-    for mode in modes:
-        line = scenario_line(options, mode)
-        failed = failed or "error" in line
-        print(json.dumps(line), flush=True)
-    return 1 if failed else 0
+    roles = {"consume": run_consumer, "produce": run_producer}
+    scenarios = SCENARIOS if options.mode == "all" else (options.mode,)
+    return amqp_throughput.run_roles(options, roles, scenarios, scenario_line)
 
 
 if __name__ == "__main__":

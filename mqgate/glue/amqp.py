@@ -39,9 +39,8 @@ from mqgate.amqp.performatives import (
 )
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
-from mqgate.core.addresses import AddressError, resolve
 from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
-from mqgate.glue.session import BrokerSession
+from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
 
 __all__ = ["ADMIN_ADDRESS", "AmqpBrokerSession", "GlueConfig"]
@@ -53,9 +52,6 @@ _NEVER = Symbol("never")
 _OUTCOMES = {Accepted: ACCEPTED, Rejected: REJECTED, Released: RELEASED, Modified: MODIFIED}
 
 
-#: The reserved address of admin requests (S11.1; the source's is C{__JMQAdmin}). Only
-#: an ADMIN service serves it (L{GlueConfig.admin_requests}); the core never sees it.
-ADMIN_ADDRESS = "mqgate.admin"
 
 
 class GlueConfig:
@@ -225,6 +221,9 @@ class AmqpBrokerSession(BrokerSession):
         if link.state is not LinkState.ATTACH_RCVD:
             return
         try:
+            self.check_flows("egress" if link.is_sender else "ingress",
+                             sum(1 for held in self._links
+                                 if held.is_sender == link.is_sender))
             if link.is_sender:
                 self._attach_consumer(link)
             else:
@@ -239,6 +238,10 @@ class AmqpBrokerSession(BrokerSession):
         source = link.remote.source
         if source is None:
             raise _refusal(c.INVALID_FIELD, "a receiving link needs a source")
+        if is_admin_address(source.address):
+            raise _refusal(c.UNAUTHORIZED_ACCESS,
+                           f"{source.address} takes admin requests; nothing can be "
+                           "received from it (admin replies go to your reply-to)")
         target = _ConsumerTarget(link, self.egress)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
@@ -248,6 +251,15 @@ class AmqpBrokerSession(BrokerSession):
             durable_name=link.name if durable and not source.dynamic else None,
             container_id=self.container_id, dynamic=bool(source.dynamic),
             selector=selector)
+        if consumer.queue.pattern is not None:
+            try:
+                self.check_flows("subscription", sum(
+                    1 for held in self._links
+                    if held.is_sender and held.context is not None
+                    and held.context.queue.pattern is not None))
+            except ProtocolError:
+                consumer.close()   # a durable subscription stays
+                raise
         target.consumer = consumer
         # A non-durable topic subscription settled on hand-over files its messages as
         # they are routed, credit or not: the D queues bound them (S9.1, S9.2).
@@ -277,7 +289,7 @@ class AmqpBrokerSession(BrokerSession):
         address = None if target is None else _address(target.address)
         capabilities = () if target is None else (target.capabilities or ())
         admin = self.config.admin_requests
-        if _is_admin_address(address):
+        if is_admin_address(address):
             # S11.1: admin requests go to the admin service's handler, never the core.
             producer = _admin_producer(admin, self.principal, address)
         elif address is None:
@@ -418,16 +430,6 @@ class AmqpBrokerSession(BrokerSession):
 _ACCEPTED = Accepted()
 
 
-def _is_admin_address(address):
-    """Whether C{address} names L{ADMIN_ADDRESS}, in any spelling (C{queue://...})."""
-    if not isinstance(address, str) or not address.endswith(ADMIN_ADDRESS):
-        return False   # the cheap test first: this runs per anonymous-relay message
-    try:
-        return resolve(address)[1] == ADMIN_ADDRESS
-    except AddressError:
-        return False
-
-
 def _admin_producer(admin, principal, address):
     """The admin requests' producer, or the refusal a non-ADMIN service gives (S11.1)."""
     if admin is None:
@@ -449,7 +451,7 @@ class _RelayGuard:
         self._principal = principal
 
     def send(self, message):
-        if _is_admin_address(message.to):
+        if is_admin_address(message.to):
             return _admin_producer(self._admin, self._principal, message.to).send(message)
         return self._core.send(message)
 

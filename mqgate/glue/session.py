@@ -5,11 +5,28 @@ turning a parsed message into the core's L{BrokerMessage}.
 
 from twisted.logger import Logger
 
+from mqgate.core.addresses import AddressError, resolve
 from mqgate.core.message import BrokerMessage
 from mqgate.egress.clients import EgressClient
+from mqgate.errors import ProtocolError
 from mqgate.glue.egress import MESSAGE_TOO_BIG, Egress, EgressContext
 
-__all__ = ["BrokerSession"]
+__all__ = ["ADMIN_ADDRESS", "BrokerSession", "is_admin_address"]
+
+#: The reserved address of admin requests (S11.1; the source's is C{__JMQAdmin}). Only
+#: an ADMIN service's producers reach it (L{mqgate.glue.amqp.GlueConfig.admin_requests});
+#: the core never sees it, and no consumer may attach to it.
+ADMIN_ADDRESS = "mqgate.admin"
+
+
+def is_admin_address(address):
+    """Whether C{address} names L{ADMIN_ADDRESS}, in any spelling (C{queue://...})."""
+    if not isinstance(address, str) or not address.endswith(ADMIN_ADDRESS):
+        return False   # the cheap test first: this runs per anonymous-relay message
+    try:
+        return resolve(address)[1] == ADMIN_ADDRESS
+    except AddressError:
+        return False
 
 
 class BrokerSession:
@@ -28,6 +45,8 @@ class BrokerSession:
         default to doing nothing.
     @param egress: the L{mqgate.glue.egress.EgressContext} every connection shares;
         one is made when not given (tests).
+    @param keepalive: called with the client profile's
+        L{mqgate.egress.profiles.TcpKeepAlive} once the client is known (S9.7).
     @ivar egress: this connection's L{mqgate.glue.egress.Egress} (S9.1-S9.4).
     @ivar client: its L{mqgate.egress.clients.EgressClient} once it is registered.
     """
@@ -35,10 +54,12 @@ class BrokerSession:
     log = Logger()
 
     def __init__(self, engine, broker, authenticator, clock, config, request_flush,
-                 peer="?", *, pause_reading=None, resume_reading=None, egress=None):
+                 peer="?", *, pause_reading=None, resume_reading=None, egress=None,
+                 keepalive=None):
         self.context = egress if egress is not None else EgressContext(clock)
         self.egress = Egress(engine, self.context.meter(), request_flush)
         self.client = None
+        self.keepalive = keepalive or _ignore
         self.engine = engine
         self.broker = broker
         self.authenticator = authenticator
@@ -81,6 +102,7 @@ class BrokerSession:
             return (f"user {user} already has {held} connections, the most client "
                     f"profile {profile.name} allows (max_connections_per_user)")
         self.egress.scheduler.apply_profile(profile)
+        self.keepalive(profile.tcp_keepalive)
         self.client = EgressClient(
             context.clients.unique_name(wanted_name or f"{protocol}/{self.peer}"),
             user=user, peer=self.peer, protocol=protocol, service=service,
@@ -88,6 +110,25 @@ class BrokerSession:
             disconnect=self.disconnect, connected_at=self.clock.seconds())
         context.clients.add(self.client)
         return None
+
+    def check_flows(self, kind, held):
+        """Refuse one more flow when the client profile's limit is reached (S9.7).
+
+        @param kind: C{"egress"} (a consumer), C{"ingress"} (a producer) or
+            C{"subscription"} (a consumer of a topic).
+        @param held: how many of that kind the connection has now.
+        @raise ProtocolError: amqp:resource-limit-exceeded, naming the limit.
+        """
+        profile = self.client.profile if self.client is not None else None
+        if profile is None:
+            return
+        setting, what = _FLOW_LIMITS[kind]
+        limit = getattr(profile, setting)
+        if held >= limit:
+            raise ProtocolError(
+                f"client profile {profile.name} allows {limit} {what} per client "
+                f"({setting}); this connection has {held}",
+                "amqp:resource-limit-exceeded")
 
     def unregister_client(self):
         """The connection is gone: take it off the registry."""
@@ -125,6 +166,17 @@ class BrokerSession:
             expiry=expiry, to=props.to, reply_to=props.reply_to,
             message_id=props.message_id, correlation_id=props.correlation_id,
             delivery_count=header.delivery_count or 0)
+
+
+_FLOW_LIMITS = {
+    "egress": ("max_egress_flows", "consumers"),
+    "ingress": ("max_ingress_flows", "producers"),
+    "subscription": ("max_subscriptions", "topic subscriptions"),
+}
+
+
+def _ignore(_):
+    pass
 
 
 def _nothing():

@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
-from mqgate.glue.session import BrokerSession
+from mqgate.glue.session import BrokerSession, is_admin_address
 from mqgate.glue.stomp_mapping import frame_to_message, message_to_headers
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
@@ -280,6 +280,7 @@ class StompBrokerSession(BrokerSession):
     def _producer(self, destination):
         producer = self._producers.get(destination)
         if producer is None:
+            _refuse_admin_address(destination)
             if len(self._producers) >= 1024:
                 # Bounded: a client naming ever new destinations must not grow this.
                 evicted = self._producers.pop(next(iter(self._producers)))
@@ -309,6 +310,8 @@ class StompBrokerSession(BrokerSession):
         durable_name = None
         for name in _DURABLE_HEADERS:
             durable_name = durable_name or _header(event.headers, name)
+        _refuse_admin_address(event.destination)
+        self.check_flows("egress", len(self.subscriptions))
         subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
         try:
             subscription.consumer = self.broker.open_consumer(
@@ -317,6 +320,14 @@ class StompBrokerSession(BrokerSession):
                 selector=_header(event.headers, "selector"))
         except SelectorError as error:
             raise _Error("invalid selector", error.description) from None
+        if subscription.consumer.queue.pattern is not None:
+            try:
+                self.check_flows("subscription", sum(
+                    1 for held in self.subscriptions.values()
+                    if held.consumer.queue.pattern is not None))
+            except ProtocolError:
+                subscription.consumer.close()   # a durable subscription stays
+                raise
         self.subscriptions[event.id] = subscription
         subscription.unbounded = (event.ack == "auto"
                                   and _plain_subscription(subscription.consumer))
@@ -408,6 +419,14 @@ class _Error(ProtocolError):
 def _message_of(error):
     return error.condition if isinstance(error, _Error) else \
         f"{error.condition}: {error.description}"
+
+
+def _refuse_admin_address(destination):
+    # S11.1: admin requests are AMQP messages on the admin service; over STOMP the
+    # reserved address is neither a destination to send to nor to subscribe to.
+    if is_admin_address(destination):
+        raise _Error("access refused", f"{destination} is reserved for admin requests "
+                     "on the admin service (AMQP)")
 
 
 def _plain_subscription(consumer):

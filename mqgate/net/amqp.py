@@ -39,7 +39,7 @@ class AmqpServerFactory(EngineFactory):
                                  self.glue_config, protocol.request_flush, peer=protocol.peer,
                                  pause_reading=protocol.pause_reading,
                                  resume_reading=protocol.resume_reading,
-                                 egress=self.egress)
+                                 egress=self.egress, keepalive=protocol.set_keepalive)
         return engine, glue
 
     def abandon(self, engine, why, description):

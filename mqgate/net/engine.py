@@ -20,6 +20,8 @@ only when neither wants it paused (the reasons are kept in a set, so neither sid
 resume undoes the other's pause).
 """
 
+import socket
+
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -246,8 +248,39 @@ class EngineProtocol(Protocol):
             self.engine.connection_lost()
             self.glue.connection_lost()
 
+    def set_keepalive(self, keepalive):
+        """Apply a client profile's TCP keep-alive (S9.7) to our socket: the handle of
+        the transport, or of the TCP transport under TLS."""
+        transport = self.transport
+        while transport is not None:
+            handle = getattr(transport, "getHandle", _no_handle)()
+            if isinstance(handle, socket.socket):
+                break
+            transport = getattr(transport, "transport", None)
+        else:
+            return
+        options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive.enabled))]
+        if keepalive.enabled:
+            for name, value in (("TCP_KEEPIDLE", keepalive.idle),
+                                ("TCP_KEEPINTVL", keepalive.interval),
+                                ("TCP_KEEPCNT", keepalive.count)):
+                option = getattr(socket, name, None)   # Linux has all three
+                if option is not None:
+                    options.append((socket.IPPROTO_TCP, option, value))
+        try:
+            for level, option, value in options:
+                handle.setsockopt(level, option, value)
+        except OSError as e:
+            self.log.warn("TCP keep-alive not set for {peer}: {error}", peer=self.peer,
+                          error=e)
+
     def ping(self):
-        """Probe the peer (S1.7): a write to a vanished peer fails and ends the connection."""
+        """Probe the peer (S1.7): a write to a vanished peer fails and ends the connection.
+
+        A client whose socket is still too full to take the probe counts a connection
+        trouble against its slowness (S9.4)."""
+        if self._writing_paused and self.glue is not None:
+            self.glue.egress.meter.trouble()
         if self.engine is not None and not self.engine.finished and self.engine.ready:
             self.engine.ping()
             self.flush()
@@ -286,6 +319,10 @@ class EngineProtocol(Protocol):
         if self._tick_call is not None and self._tick_call.active():
             self._tick_call.cancel()
         self._tick_call = None
+
+
+def _no_handle():
+    return None
 
 
 class EngineFactory(Factory):

@@ -39,9 +39,10 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqgate.store import journal as j
+from mqgate.store.guard import guarded
 from mqgate.store.interfaces import (
-    CorruptStore, IMessageStore, PreparedTransaction, StoreClosed, StoreError,
-    StoreFailed, StoredMessage, destination_key, durable_key)
+    CorruptStore, IMessageStore, PreparedTransaction, StoreError, StoreFailed,
+    StoredMessage, destination_key, durable_key)
 from mqgate.store.memory import PREPARED, Ledger, Txn
 
 __all__ = ["FileStore", "FilePool", "WriteQueue", "DEFAULT_MAX_RECORD_SIZE"]
@@ -413,25 +414,6 @@ class _Entry:
         self.data = data
 
 
-def _guarded(method):
-    """Errback L{StoreClosed}/L{StoreFailed}/L{StoreError} instead of raising."""
-    def wrapper(self, *args, **kwargs):
-        if self._queue.failed is not None:
-            return defer.fail(StoreFailed(self._queue.failed))
-        if self._state != "open":
-            return defer.fail(StoreClosed(
-                "call recover() first" if self._state == "new" else "the store is closed"))
-        try:
-            return method(self, *args, **kwargs)
-        except (StoreError, ValueError, TypeError) as e:
-            if not isinstance(e, StoreError):
-                e = StoreError(str(e))
-            return defer.fail(e)
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
-    return wrapper
-
-
 @implementer(IMessageStore)
 class FileStore:
     """The file store (S3.3, S3.4).
@@ -448,6 +430,11 @@ class FileStore:
         share is below this; it runs when the dead bytes exceed one segment and this
         share of the journal. C{None} turns it off.
     """
+
+    @property
+    def _failed(self):
+        # For guarded(): the exception of an earlier failed write, or None.
+        return self._queue.failed
 
     def __init__(self, directory, run_in_thread, *, sync=False,
                  max_record_size=DEFAULT_MAX_RECORD_SIZE,
@@ -560,7 +547,7 @@ class FileStore:
             return j.ADD, j.pack_add(destination, message_id, 0, entry.data)
         return j.ADD_FILE, [_LargeAdd(destination, message_id, 0, entry.rel, entry.data)]
 
-    @_guarded
+    @guarded
     def add_message(self, destination, message_id, data, *, txn=None):
         """Store a message; fires when durable as configured (S3.4).
 
@@ -576,7 +563,7 @@ class FileStore:
         entry.data = None
         return self._submit(_Record(rtype, parts), entry.size)
 
-    @_guarded
+    @guarded
     def remove_message(self, destination, message_id, *, txn=None):
         """Remove a message (consumer settlement)."""
         entry = self._ledger.remove(destination, message_id, txn)
@@ -586,7 +573,7 @@ class FileStore:
         parts = j.pack_remove(destination, message_id)
         return self._submit(_Record(j.REMOVE, parts, _rels([entry])), _size(parts))
 
-    @_guarded
+    @guarded
     def update_delivery_count(self, destination, message_id, count):
         """Record a message's delivery count."""
         self._ledger.check_count(count)
@@ -596,7 +583,7 @@ class FileStore:
 
     # -- destinations and durables ------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def add_destination(self, kind, name, attributes):
         """Store a destination (destinations.json)."""
         json.dumps(attributes)    # TypeError (-> StoreError) before anything changes
@@ -604,7 +591,7 @@ class FileStore:
             return defer.succeed(None)
         return self._queue.submit(self._destinations_snapshot())
 
-    @_guarded
+    @guarded
     def remove_destination(self, kind, name):
         """Forget a destination and its messages."""
         d = self._drop(destination_key(kind, name))
@@ -614,14 +601,14 @@ class FileStore:
             d = self._queue.submit(self._destinations_snapshot())
         return d
 
-    @_guarded
+    @guarded
     def add_durable(self, container_id, name, topic, selector):
         """Store a durable subscription (durables.json)."""
         if not self._ledger.add_durable(container_id, name, topic, selector):
             return defer.succeed(None)
         return self._queue.submit(self._durables_snapshot())
 
-    @_guarded
+    @guarded
     def remove_durable(self, container_id, name):
         """Forget a durable subscription and its backlog."""
         d = self._drop(durable_key(container_id, name))
@@ -650,20 +637,20 @@ class FileStore:
 
     # -- transactions -----------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def begin(self, txn_id):
         """Open a transaction (memory only: nothing of it is on disk until prepare)."""
         self._ledger.begin(txn_id)
         return defer.succeed(None)
 
-    @_guarded
+    @guarded
     def prepare(self, txn_id):
         """Write one PREPARE record holding the transaction's operations."""
         txn = self._ledger.prepare(txn_id)
         parts = j.pack_ops(txn_id, self._txn_ops(txn))
         return self._submit(_Record(j.PREPARE, parts), _size(parts))
 
-    @_guarded
+    @guarded
     def commit(self, txn_id):
         """Write COMMIT (prepared) or one TXN record (open); apply it to the ledger."""
         was_prepared = self._ledger.check_resolvable(txn_id).state == PREPARED
@@ -678,7 +665,7 @@ class FileStore:
             return defer.succeed(None)
         return self._submit(record, _size(record.parts))
 
-    @_guarded
+    @guarded
     def rollback(self, txn_id):
         """Discard a transaction; a prepared one gets a ROLLBACK record."""
         txn = self._ledger.rollback(txn_id)
@@ -704,7 +691,7 @@ class FileStore:
 
     # -- compaction and close -----------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def compact(self):
         """Seal the active segment and rewrite every segment holding dead records."""
         return self._compact(1.0, roll=True)

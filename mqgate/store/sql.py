@@ -39,6 +39,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from mqgate.store.guard import guarded
 from mqgate.store.interfaces import (
     IMessageStore, PreparedTransaction, StoreClosed, StoreError, StoreFailed,
     StoredMessage, destination_key, durable_key)
@@ -244,25 +245,6 @@ def _check_text(value, what):
         raise StoreError(f"{what} is not valid Unicode text: {value!r}") from None
 
 
-def _guarded(method):
-    """Errback L{StoreClosed}/L{StoreFailed}/L{StoreError} instead of raising."""
-    def wrapper(self, *args, **kwargs):
-        if self._writer.failed is not None:
-            return defer.fail(StoreFailed(self._writer.failed))
-        if self._state != "open":
-            return defer.fail(StoreClosed(
-                "call recover() first" if self._state == "new" else "the store is closed"))
-        try:
-            return method(self, *args, **kwargs)
-        except (StoreError, ValueError, TypeError) as e:
-            if not isinstance(e, StoreError):
-                e = StoreError(str(e))
-            return defer.fail(e)
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
-    return wrapper
-
-
 # -- the store -------------------------------------------------------------------------
 
 @implementer(IMessageStore)
@@ -278,6 +260,11 @@ class SqlStore:
     @ivar vendor: C{"sqlite"} or C{"postgresql"}.
     @ivar where: the database, for messages and logs (never a password).
     """
+
+    @property
+    def _failed(self):
+        # For guarded(): the exception of an earlier failed write, or None.
+        return self._writer.failed
 
     def __init__(self, pool, schema, clock, *, max_batch=DEFAULT_MAX_BATCH, where=None):
         self._pool = pool
@@ -415,7 +402,7 @@ class SqlStore:
     def _write(self, statements):
         return self._writer.submit(statements)
 
-    @_guarded
+    @guarded
     def add_message(self, destination, message_id, data, *, txn=None):
         """Store a message; fires after the COMMIT of its batch (S3.4)."""
         self._ledger.check_message(destination, message_id, data)
@@ -428,7 +415,7 @@ class SqlStore:
         return self._write([(self._sql.insert_message, (
             self._next_seq(), destination, to_sql_id(message_id), data))])
 
-    @_guarded
+    @guarded
     def remove_message(self, destination, message_id, *, txn=None):
         """Remove a message (consumer settlement)."""
         self._ledger.remove(destination, message_id, txn)
@@ -437,7 +424,7 @@ class SqlStore:
         return self._write([(self._sql.delete_message,
                              (destination, to_sql_id(message_id)))])
 
-    @_guarded
+    @guarded
     def update_delivery_count(self, destination, message_id, count):
         """Record a message's delivery count."""
         self._ledger.check_count(count)
@@ -447,7 +434,7 @@ class SqlStore:
 
     # -- destinations and durables -----------------------------------------------------
 
-    @_guarded
+    @guarded
     def add_destination(self, kind, name, attributes):
         """Store a destination (MQDST41); a replaced one keeps its place."""
         _check_text(kind, "destination kind")
@@ -461,7 +448,7 @@ class SqlStore:
         return self._write([(self._sql.insert_destination,
                              (self._next_seq(), kind, name, text))])
 
-    @_guarded
+    @guarded
     def remove_destination(self, kind, name):
         """Forget a destination and its messages."""
         key = destination_key(kind, name)
@@ -472,7 +459,7 @@ class SqlStore:
             statements.append((self._sql.delete_destination, (kind, name)))
         return self._write(statements) if statements else defer.succeed(None)
 
-    @_guarded
+    @guarded
     def add_durable(self, container_id, name, topic, selector):
         """Store a durable subscription (MQCON41); a replaced one keeps its place."""
         for value, what in ((container_id, "container id"), (name, "subscription name"),
@@ -488,7 +475,7 @@ class SqlStore:
         return self._write([(self._sql.insert_durable,
                              (self._next_seq(), container_id, name, topic, text))])
 
-    @_guarded
+    @guarded
     def remove_durable(self, container_id, name):
         """Forget a durable subscription and its backlog."""
         key = durable_key(container_id, name)
@@ -501,7 +488,7 @@ class SqlStore:
 
     # -- transactions ------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def begin(self, txn_id):
         """Open a transaction (in memory only until prepare or commit)."""
         self._ledger.begin(txn_id)
@@ -512,7 +499,7 @@ class SqlStore:
             raise
         return defer.succeed(None)
 
-    @_guarded
+    @guarded
     def prepare(self, txn_id):
         """Write the transaction and its operations (MQTXN41, MQTXNOP41)."""
         txn = self._ledger.prepare(txn_id)
@@ -531,7 +518,7 @@ class SqlStore:
         txn.adds = [(dest, mid, None) for dest, mid, _ in txn.adds]
         return self._write(statements)
 
-    @_guarded
+    @guarded
     def commit(self, txn_id):
         """Apply a transaction: its removes, then its adds, at the end of the order."""
         was_prepared = self._ledger.check_resolvable(txn_id).state == PREPARED
@@ -553,7 +540,7 @@ class SqlStore:
                 self._bytes_written += len(data)
         return self._write(statements) if statements else defer.succeed(None)
 
-    @_guarded
+    @guarded
     def rollback(self, txn_id):
         """Discard a transaction; a prepared one is deleted from the tables."""
         txn = self._ledger.rollback(txn_id)
@@ -565,7 +552,7 @@ class SqlStore:
 
     # -- compaction and close ----------------------------------------------------------
 
-    @_guarded
+    @guarded
     def compact(self):
         """Give free pages back (SQLite VACUUM, PostgreSQL VACUUM), after what is
         pending; fires with C{bytes_before}, C{bytes_after}, C{live_bytes}."""

@@ -357,3 +357,17 @@ def test_shipped_file_is_the_current_rendering():
     text = SHIPPED.read_text(encoding="utf-8")
     expected = render_properties(SHIPPED_OVERRIDES)
     assert text == expected, f"regenerate with: {REGENERATE}"
+
+
+def test_key_families_are_kept_for_their_owner():
+    """S9.7: mqgate.client_profile.NAME.* keys are the operator's own names: kept as
+    written (either spelling), not warned about, handed to the profile parser."""
+    settings = Settings.from_properties(
+        [("imq.client_profile.gold.d1.max_depth", "50", 1)],
+        {"mqgate.client_profile.assign.bob": "gold"})
+    assert settings.warnings == ()
+    assert settings.family("mqgate.client_profile.") == {
+        "mqgate.client_profile.gold.d1.max_depth": "50",
+        "mqgate.client_profile.assign.bob": "gold"}
+    with pytest.raises(KeyError):
+        settings.family("mqgate.jms.")

@@ -17,6 +17,7 @@ import threading
 import time
 
 from proton import Message
+from proton.utils import LinkDetached
 from proton.reactor import AtMostOnce
 import pytest
 
@@ -189,3 +190,46 @@ def test_stomp_send_over_the_guaranteed_limit_is_refused_at_its_headers(broker):
         raw.close()
     assert [f.command for f in frames] == ["ERROR"], frames
     assert frames[0].get("message") == "CLIENT_CLIENT_MESSAGE_TOO_BIG"
+
+
+def test_profile_flow_limits_refuse_with_the_key(broker_factory):
+    """S9.7: a client profile's max_egress_flows and max_subscriptions refuse the
+    consumer beyond them with amqp:resource-limit-exceeded naming the setting; the
+    connection and its other links go on."""
+    broker = broker_factory({"mqgate.client_profile.few.max_egress_flows": "2",
+                             "mqgate.client_profile.few.max_subscriptions": "1",
+                             "mqgate.client_profile.assign.guest": "few"})
+    with opened(broker, user="guest", password="guest") as conn:
+        first = conn.create_receiver("topic://egress.limits")
+        with pytest.raises(LinkDetached) as refused:
+            conn.create_receiver("topic://egress.other")
+        assert "max_subscriptions" in str(refused.value)
+        conn.create_receiver("queue://egress.limits")
+        with pytest.raises(LinkDetached) as refused:
+            conn.create_receiver("queue://egress.more")
+        assert "max_egress_flows" in str(refused.value)
+        conn.create_sender("topic://egress.limits").send(Message(body="still here"))
+        assert first.receive(timeout=10).body == "still here"
+
+
+def test_the_admin_address_is_no_destination(broker):
+    """S11.1: on the jms service nobody receives from mqgate.admin (AMQP), and STOMP
+    can neither send to it nor subscribe to it."""
+    with opened(broker) as conn:
+        with pytest.raises(LinkDetached) as refused:
+            conn.create_receiver("mqgate.admin")
+        assert "admin requests" in str(refused.value)
+    for frame in (b"SEND\ndestination:/queue/mqgate.admin\n\nhello\x00",
+                  b"SUBSCRIBE\nid:1\ndestination:/queue/mqgate.admin\n\n\x00"):
+        raw = RawStomp(broker.address("jms"), timeout=30)
+        try:
+            raw.send(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest"
+                     b"\n\n\x00")
+            assert raw.read_frame().command == "CONNECTED"
+            raw.send(frame)
+            frames = raw.read_until_closed()
+        finally:
+            raw.close()
+        assert [f.command for f in frames] == ["ERROR"], frames
+        assert "reserved for admin requests" in bytes(frames[0].body).decode() + \
+            str(frames[0].headers)
