@@ -18,14 +18,16 @@ divides the journal fsyncs by the producers' window (first send to last outcome)
      "msgs_per_s": ..., "producer_msgs_per_s": ..., "fsyncs": ..., "fsyncs_per_s": ...,
      "msgs_per_fsync": ...}
 
-Scenarios: file store with sync on and off, 1 and 10 producers; the SQLite store the
-same way once mqgate/store/sql.py exists; PostgreSQL when ``MQGATE_BENCH_PG_DSN`` names
-a database (its URL as ``mqgate.persist.jdbc.opendburl`` takes it), skipped otherwise.
+Scenarios: the file, SQLite and PostgreSQL stores, each with sync on and off, with 1
+and 10 producers. PostgreSQL runs on the server ``MQGATE_BENCH_PG_DSN`` names (a
+libpq connection string, as ``mqgate.persist.jdbc.opendburl`` takes it), else on a
+private server with fsync on, started for the run (tests/pgcluster.py).
 
     python bench/persistent.py [--messages N] [--mode persistent-file-sync-on-10p]
 """
 
 import argparse
+import atexit
 import os
 import re
 import sys
@@ -59,19 +61,35 @@ PG_DSN = "MQGATE_BENCH_PG_DSN"
 
 
 def _stores():
-    """Store name -> its -D settings (None: skipped, with the reason as a string)."""
-    stores = {"file": {}}
-    sql = (BENCH_DIR.parent / "mqgate" / "store" / "sql.py").exists()
-    stores["sqlite"] = ({"mqgate.persist.store": "jdbc",
-                         "mqgate.persist.jdbc.dbVendor": "sqlite"} if sql
-                        else "mqgate/store/sql.py is not there yet")
+    """Store name -> its -D settings."""
+    jdbc = {"mqgate.persist.store": "jdbc"}
+    return {"file": {},
+            "sqlite": dict(jdbc, **{"mqgate.persist.jdbc.dbVendor": "sqlite"}),
+            "postgresql": dict(jdbc, **{"mqgate.persist.jdbc.dbVendor": "postgresql"})}
+
+
+_CLUSTER = []
+
+
+def _postgresql_url():
+    """A fresh database: in C{MQGATE_BENCH_PG_DSN}'s server when set, else in a
+    private PostgreSQL server with fsync on (tests/pgcluster.py), started once and
+    stopped when this process ends.
+
+    @raise BenchError: no PostgreSQL server binaries here.
+    """
     dsn = os.environ.get(PG_DSN)
-    stores["postgresql"] = (
-        "mqgate/store/sql.py is not there yet" if not sql
-        else f"set {PG_DSN} to a database URL" if not dsn
-        else {"mqgate.persist.store": "jdbc", "mqgate.persist.jdbc.dbVendor": "postgresql",
-              "mqgate.persist.jdbc.opendburl": dsn})
-    return stores
+    if dsn:
+        return dsn
+    if not _CLUSTER:
+        from tests.pgcluster import PostgresCluster, PostgresUnavailable
+        try:
+            _CLUSTER.append(PostgresCluster(durable=True).start())
+        except PostgresUnavailable as e:
+            raise BenchError(f"no PostgreSQL to run on ({e}); set {PG_DSN}") from None
+        atexit.register(_CLUSTER[0].stop)
+    cluster = _CLUSTER[0]
+    return cluster.dsn(cluster.create_database())
 
 
 STORES = _stores()
@@ -82,12 +100,12 @@ SCENARIOS = tuple(f"persistent-{store}-sync-{sync}-{n}p"
 def _scenario_settings(name):
     """C{(store defines or skip reason, sync defines, producers)} of a scenario."""
     _, store, _, sync, producers = name.split("-")
-    defines = STORES[store]
-    if isinstance(defines, str):
-        return defines, None, None
+    defines = dict(STORES[store])
+    if store == "postgresql":
+        defines["mqgate.persist.jdbc.opendburl"] = _postgresql_url()
     key = ("mqgate.persist.file.sync.enabled" if store == "file"
            else "mqgate.persist.jdbc.sync.enabled")
-    return dict(defines), {key: "true" if sync == "on" else "false"}, int(producers[:-1])
+    return defines, {key: "true" if sync == "on" else "false"}, int(producers[:-1])
 
 
 # -- the client roles ----------------------------------------------------------------------
@@ -213,8 +231,6 @@ def store_figures(output):
 
 def run_scenario(options, name):
     defines, sync, producers = _scenario_settings(name)
-    if sync is None:
-        return {"scenario": name, "skipped": defines}
     defines.update(sync)
     defines.update(dict(options.define))
     with tempfile.TemporaryDirectory(prefix="mqgate-bench-persistent-") as varhome:

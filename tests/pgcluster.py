@@ -87,13 +87,16 @@ def _free_port():
 class PostgresCluster:
     """One private PostgreSQL server: L{start}, L{dsn}, L{create_database}, L{stop}.
 
+    @param durable: keep PostgreSQL's fsync on (benchmarks of synchronous commits);
+        tests leave it off.
     @ivar port: the TCP port on 127.0.0.1 once started.
     @ivar superuser: the role the DSNs log in as (trust authentication).
     """
 
     superuser = "postgres"
 
-    def __init__(self, bindir=None):
+    def __init__(self, bindir=None, *, durable=False):
+        self.durable = durable
         self.bindir = Path(bindir) if bindir else find_server_binaries()
         if self.bindir is None:
             raise PostgresUnavailable(
@@ -155,7 +158,9 @@ class PostgresCluster:
             # Another process may take the port between _free_port and the bind: retry.
             self.port = _free_port()
             options = (f"-p {self.port} -k {self._root} -c listen_addresses=127.0.0.1 "
-                       "-c fsync=off -c full_page_writes=off -c max_connections=200")
+                       "-c max_connections=200")
+            if not self.durable:
+                options += " -c fsync=off -c full_page_writes=off"
             done = self._run(self.bindir / "pg_ctl", "-D", self.datadir, "-l",
                              self._root / "server.log", "-o", options, "-w", "-t",
                              int(START_DEADLINE), "start", check=attempt == 2)

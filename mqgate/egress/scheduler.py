@@ -304,6 +304,8 @@ class EgressScheduler:
         self._in_order = tuple(self._queues[name] for name in QUEUE_NAMES)
         self._control = self._queues[C1]
         self._guaranteed = self._queues[G1]
+        # Class of service -> D queue (direct_queue_for), looked up once per message.
+        self._by_cos = {cos: self._queues[direct_queue_for(cos)] for cos in (1, 2, 3)}
         self._blocked = set()
         self._discarded_keys = set()
         self._seq = 0
@@ -341,7 +343,7 @@ class EgressScheduler:
             item itself, last, when it was refused); empty when nothing was lost. The
             caller settles or forgets them; the scheduler has already counted them.
         """
-        queue = self._queues[D3 if cos == 3 else direct_queue_for(cos)]
+        queue = self._by_cos.get(cos) or self._queues[direct_queue_for(cos)]
         units = 1 if size <= WORK_UNIT_BYTES else -(-size // WORK_UNIT_BYTES)
         limits = queue.limits
         if queue.messages < limits.min_msg_burst or \
@@ -403,8 +405,7 @@ class EgressScheduler:
         @return: whether it carries the discard indication (the first message for
             C{key} since messages of C{key} were discarded).
         """
-        queue = self._guaranteed if guaranteed else self._queues[direct_queue_for(cos)]
-        queue.deliveries += 1
+        (self._guaranteed if guaranteed else self._by_cos[cos]).deliveries += 1
         discarded = self._discarded_keys
         if discarded and key in discarded:
             discarded.discard(key)

@@ -88,7 +88,7 @@ class Egress:
                 cos = message.cos = _cos_of(message)
         else:
             cos = 1
-        if not self._backlog and not self._paused and not scheduler.is_blocked(target):
+        if not (self._backlog or self._paused or scheduler.is_blocked(target)):
             target.write(delivery, scheduler.pass_through(not direct, cos, target))
             self.request_flush()
             return

@@ -30,7 +30,7 @@ from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.session import BrokerSession, is_admin_address
-from mqgate.glue.stomp_mapping import frame_to_message, message_to_headers
+from mqgate.glue.stomp_mapping import REDELIVERED, frame_to_message, message_to_headers
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
@@ -87,10 +87,18 @@ class _Subscription:
         """Write the MESSAGE frame (the egress serves it now)."""
         session = self.session
         ack_id = session.next_ack_id()
-        headers, body = message_to_headers(delivery.message.payload,
-                                           delivery.delivery_count)
-        if discarded:
-            headers.append(_DISCARDED)
+        message = delivery.message
+        rendered = message.rendered
+        if rendered is None:
+            # Once per message, however many subscribers it fans out to.
+            rendered = message.rendered = message_to_headers(message.payload)
+        headers, body = rendered
+        if delivery.delivery_count or discarded:
+            headers = list(headers)
+            if delivery.delivery_count:
+                headers.append(REDELIVERED)
+            if discarded:
+                headers.append(_DISCARDED)
         if not session.engine.message(self.id, self.destination, ack_id, headers, body,
                                       ack_id=ack_id if self.ack != "auto" else None):
             # The connection no longer takes messages: hand it back untouched.

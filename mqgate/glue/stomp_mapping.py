@@ -34,7 +34,7 @@ from mqgate.amqp.message import (
 from mqgate.amqp.types import Described, Symbol, Timestamp, UInt, UByte
 from mqgate.errors import ProtocolError
 
-__all__ = ["frame_to_message", "message_to_headers", "MappingError"]
+__all__ = ["REDELIVERED", "frame_to_message", "message_to_headers", "MappingError"]
 
 # Headers that steer the frame itself, never copied into the message.
 _FRAME_HEADERS = frozenset((
@@ -152,6 +152,10 @@ def _body(encoded):
             "application/json", kind)
 
 
+#: The header of a message delivered before (S2.9).
+REDELIVERED = ("redelivered", "true")
+
+
 def message_to_headers(encoded, delivery_count=0):
     """The headers and body of a MESSAGE frame for an AMQP message.
 
@@ -183,7 +187,7 @@ def message_to_headers(encoded, delivery_count=0):
     if header.durable:
         headers.append(("persistent", "true"))
     if delivery_count:
-        headers.append(("redelivered", "true"))
+        headers.append(REDELIVERED)
     for name, value in encoded.application_properties.items():
         name = _text(name)
         if name not in _FRAME_HEADERS:
