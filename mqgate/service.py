@@ -14,38 +14,36 @@ from twisted.internet import defer
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
-from mqgate import __version__
-from mqgate.config.schema import SERVICES
-from mqgate.core.broker import Broker, CoreConfig
-from mqgate.amqp.message import parse_message
-from mqgate.core.persistence import Persistence
-from mqgate.glue.session import BrokerSession
-from mqgate.store.factory import open_store
+from mqgate import __version__, sniff
 from mqgate.admin.requests import AdminContext, AdminRequests
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
+from mqgate.amqp.message import parse_message
+from mqgate.config.schema import SERVICES
+from mqgate.core.broker import Broker, CoreConfig
+from mqgate.core.persistence import Persistence
 from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import PREFIX as CLIENT_PROFILE_PREFIX, profiles_from_settings
+from mqgate.errors import ConfigError
 from mqgate.glue.amqp import GlueConfig
 from mqgate.glue.egress import EgressContext
-from mqgate.net.loadwatch import LoadFactorService
-from mqgate import sniff
+from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.amqp import AmqpServerFactory, Flusher
-from mqgate.net.pool import ServicePool
-from mqgate.net.services import ConnectionService, endpoint_description
-from mqgate.net.stomp import StompServerFactory
+from mqgate.net.loadwatch import LoadFactorService
 from mqgate.net.ping import PingService
+from mqgate.net.pool import ServicePool
 from mqgate.net.portmapper import PortMapperFactory
-from mqgate.net.services import ServiceRegistry
+from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
+from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
-from mqgate.errors import ConfigError
+from mqgate.security.auth import FileAuthenticator
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
 from mqgate.security.passfile import find_password
-from mqgate.security.auth import FileAuthenticator
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
+from mqgate.store.factory import open_store
 
 __all__ = ["build_broker", "BrokerService"]
 
@@ -164,19 +162,10 @@ def _stored_bytes(message):
     return message.payload.data
 
 
-class _StoredMessages:
+def _stored_messages(clock):
     """Rebuilds a stored message at recovery exactly as the glue built it on arrival.
-
-    The header's ttl counts again from the restart; an absolute expiry time is kept.
-    """
-
-    broker_message = BrokerSession.broker_message
-
-    def __init__(self, clock):
-        self.clock = clock
-
-    def __call__(self, data):
-        return self.broker_message(parse_message(data))
+    The header's ttl counts again from the restart; an absolute expiry time is kept."""
+    return lambda data: broker_message(parse_message(data), clock)
 
 
 def _authenticator(settings, reactor):
@@ -205,7 +194,7 @@ def build_broker(settings, reactor):
         max_num_msgs=settings["mqgate.autocreate.destination.maxNumMsgs"],
         max_total_msg_bytes=settings["mqgate.autocreate.destination.maxTotalMsgBytes"],
         limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"]),
-        persistence=Persistence(store_service.store, _stored_bytes, _StoredMessages(reactor)))
+        persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)

@@ -126,9 +126,10 @@ class Consumer:
         """Settle a delivery with an AMQP outcome.
 
         ACCEPTED and REJECTED remove the message, from the store too (a rejected one
-        is counted as dropped; dead-lettering, S2.4, comes later). RELEASED puts it back at the head of its
-        queue unchanged. MODIFIED puts it back too, with the delivery count raised when
-        C{delivery_failed}; with C{undeliverable_here} it waits for another consumer.
+        is counted as dropped; dead-lettering, S2.4, comes later). RELEASED puts it
+        back at the head of its queue unchanged. MODIFIED puts it back too, with the
+        delivery count raised when C{delivery_failed}; with C{undeliverable_here} it
+        waits for another consumer.
         Settling an unknown or already settled delivery does nothing (FACTS 3.3).
         """
         if not self._unsettled.pop(delivery, False):

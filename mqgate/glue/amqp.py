@@ -21,8 +21,6 @@ No I/O here: the adapter feeds events in and writes what the engine has to say.
 
 import functools
 
-from twisted.python.failure import Failure
-
 from mqgate import __version__
 from mqgate.amqp import conditions as c
 from mqgate.amqp.events import (
@@ -40,6 +38,7 @@ from mqgate.amqp.performatives import (
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
+from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
 
@@ -263,7 +262,7 @@ class AmqpBrokerSession(BrokerSession):
         target.consumer = consumer
         # A non-durable topic subscription settled on hand-over files its messages as
         # they are routed, credit or not: the D queues bound them (S9.1, S9.2).
-        target.unbounded = consumer.presettled and _plain_subscription(consumer)
+        target.unbounded = files_as_routed(consumer)
         link.context = consumer
         self.egress.block(target, True)   # no credit until the peer's first flow
         mode = SND_SETTLED if link.presettled else SND_UNSETTLED
@@ -376,28 +375,19 @@ class AmqpBrokerSession(BrokerSession):
     def _settle_when_stored(self, link, delivery_id, presettled, stored):
         """Settle a producer's delivery with the outcome of its storage: Accepted, or
         Rejected with the store's condition (never Accepted unless stored, S3.6). The
-        link or the connection may be gone by then: the peer will send it again."""
+        link may be gone by then: the peer will send it again."""
         if presettled:
             stored.addErrback(lambda _: None)   # at-most-once: logged by the core
             return
 
-        def outcome(result):
-            if link.state is not LinkState.ATTACHED or self.engine.finished:
-                return
-            if isinstance(result, Failure):
-                error = result.value
-                if isinstance(error, ProtocolError):
-                    condition, description = error.condition, error.description
-                else:
-                    condition, description = c.INTERNAL_ERROR, result.getErrorMessage()
-                link.settle(delivery_id, Rejected(
-                    error=Error(Symbol(condition), description)))
-            else:
-                link.settle(delivery_id, _ACCEPTED)
-            self.request_flush()
+        def settle(state):
+            if link.state is LinkState.ATTACHED:
+                link.settle(delivery_id, state)
 
-        stored.addBoth(outcome).addErrback(
-            lambda failure: self.log.failure("settling a stored message", failure))
+        self.when_stored(
+            stored, lambda: settle(_ACCEPTED),
+            lambda condition, description: settle(
+                Rejected(error=Error(Symbol(condition), description))))
 
     def _restore_credit(self, link):
         """The destination drained (called from the core, perhaps while another
@@ -482,12 +472,6 @@ def _selector_filter(filters):
                 raise _refusal(c.INVALID_FIELD, "the selector filter must hold a string")
             return value.value, {key: value}
     return None, None
-
-
-def _plain_subscription(consumer):
-    """Whether C{consumer} reads a non-durable topic subscription of its own."""
-    queue = consumer.queue
-    return queue.pattern is not None and queue.durable_key is None
 
 
 def _address(value):

@@ -34,7 +34,8 @@ from mqgate.egress.profiles import ProfileTable
 from mqgate.egress.scheduler import C1, EgressScheduler, cos_for
 from mqgate.egress.slowness import SlowSubscriberMeter
 
-__all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "SLOW_DISCONNECT", "UNBOUNDED"]
+__all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "SLOW_DISCONNECT", "UNBOUNDED",
+           "files_as_routed"]
 
 #: Core credit of a target whose direct messages may all be filed here (the D queues
 #: bound them instead).
@@ -252,6 +253,14 @@ class Egress:
         withheld, self._withheld = self._withheld, set()
         for target in withheld:
             self.refresh(target)
+
+
+def files_as_routed(consumer):
+    """Whether C{consumer}'s direct messages are filed here as they are routed (its
+    target is C{unbounded}): it settles on hand-over and reads a non-durable topic
+    subscription of its own, whose backlog would otherwise grow without bound."""
+    queue = consumer.queue
+    return consumer.presettled and queue.pattern is not None and queue.durable_key is None
 
 
 def _cos_of(message):

@@ -4,6 +4,7 @@ turning a parsed message into the core's L{BrokerMessage}.
 """
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqgate.core.addresses import AddressError, resolve
 from mqgate.core.message import BrokerMessage
@@ -11,7 +12,7 @@ from mqgate.egress.clients import EgressClient
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import MESSAGE_TOO_BIG, Egress, EgressContext
 
-__all__ = ["ADMIN_ADDRESS", "BrokerSession", "is_admin_address"]
+__all__ = ["ADMIN_ADDRESS", "BrokerSession", "broker_message", "is_admin_address"]
 
 #: The reserved address of admin requests (S11.1; the source's is C{__JMQAdmin}). Only
 #: an ADMIN service's producers reach it (L{mqgate.glue.amqp.GlueConfig.admin_requests});
@@ -111,6 +112,31 @@ class BrokerSession:
         context.clients.add(self.client)
         return None
 
+    def when_stored(self, stored, stored_ok, not_stored):
+        """Answer a producer once its persistent messages are stored (S3.4, S8.1).
+
+        @param stored: the Deferred the core returned for them.
+        @param stored_ok: called with no arguments when they are stored.
+        @param not_stored: called with C{(condition, description)} when they are not.
+        Neither is called when the connection is finished by then (the peer will send
+        again); either is followed by a flush.
+        """
+        def outcome(result):
+            if self.engine.finished:
+                return
+            if isinstance(result, Failure):
+                error = result.value
+                if isinstance(error, ProtocolError):
+                    not_stored(error.condition, error.description)
+                else:
+                    not_stored("amqp:internal-error", result.getErrorMessage())
+            else:
+                stored_ok()
+            self.request_flush()
+
+        stored.addBoth(outcome).addErrback(
+            lambda failure: self.log.failure("answering a stored message", failure))
+
     def check_flows(self, kind, held):
         """Refuse one more flow when the client profile's limit is reached (S9.7).
 
@@ -150,22 +176,27 @@ class BrokerSession:
             kind="guaranteed" if guaranteed else "direct", limit=limit, size=size)
 
     def broker_message(self, encoded):
-        """The core's view of a parsed message: its bytes plus the routing fields
-        (ARCHITECTURE rule 2). Expiry is the earlier of the header's ttl and the
-        properties' absolute-expiry-time."""
-        header = encoded.header
-        props = encoded.properties
-        expiry = None
-        if header.ttl:
-            expiry = self.clock.seconds() + header.ttl / 1000.0
-        if props.absolute_expiry_time:
-            absolute = props.absolute_expiry_time / 1000.0
-            expiry = absolute if expiry is None else min(expiry, absolute)
-        return BrokerMessage(
-            encoded, durable=bool(header.durable), priority=header.priority,
-            expiry=expiry, to=props.to, reply_to=props.reply_to,
-            message_id=props.message_id, correlation_id=props.correlation_id,
-            delivery_count=header.delivery_count or 0)
+        """The core's view of a parsed message (see L{broker_message})."""
+        return broker_message(encoded, self.clock)
+
+
+def broker_message(encoded, clock):
+    """The core's view of a parsed message: its bytes plus the routing fields
+    (ARCHITECTURE rule 2). Expiry is the earlier of the header's ttl and the
+    properties' absolute-expiry-time."""
+    header = encoded.header
+    props = encoded.properties
+    expiry = None
+    if header.ttl:
+        expiry = clock.seconds() + header.ttl / 1000.0
+    if props.absolute_expiry_time:
+        absolute = props.absolute_expiry_time / 1000.0
+        expiry = absolute if expiry is None else min(expiry, absolute)
+    return BrokerMessage(
+        encoded, durable=bool(header.durable), priority=header.priority,
+        expiry=expiry, to=props.to, reply_to=props.reply_to,
+        message_id=props.message_id, correlation_id=props.correlation_id,
+        delivery_count=header.delivery_count or 0)
 
 
 _FLOW_LIMITS = {

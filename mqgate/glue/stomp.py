@@ -24,11 +24,11 @@ import functools
 import itertools
 
 from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
+from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import BrokerSession, is_admin_address
 from mqgate.glue.stomp_mapping import REDELIVERED, frame_to_message, message_to_headers
 from mqgate.stomp.events import (
@@ -243,23 +243,10 @@ class StompBrokerSession(BrokerSession):
         if stored is None:
             self._receipt(event)
             return
-
-        def outcome(result):
-            if self.engine.finished:
-                return
-            if isinstance(result, Failure):
-                error = result.value
-                description = (error.description if isinstance(error, ProtocolError)
-                               else result.getErrorMessage())
-                self.engine.send_error("message not stored", description,
-                                       receipt_id=event.receipt)
-            else:
-                self._receipt(event)
-            self.request_flush()
-
-        stored.addBoth(outcome).addErrback(
-            lambda failure: self.log.failure("answering a stored SEND", failure))
-
+        self.when_stored(
+            stored, lambda: self._receipt(event),
+            lambda _condition, description: self.engine.send_error(
+                "message not stored", description, receipt_id=event.receipt))
     def _publish(self, event):
         if len(event.body) > self.config.max_message_size:
             raise _Error("message too large",
@@ -337,8 +324,7 @@ class StompBrokerSession(BrokerSession):
                 subscription.consumer.close()   # a durable subscription stays
                 raise
         self.subscriptions[event.id] = subscription
-        subscription.unbounded = (event.ack == "auto"
-                                  and _plain_subscription(subscription.consumer))
+        subscription.unbounded = files_as_routed(subscription.consumer)
         self._receipt(event)
         self.egress.refresh(subscription)
 
@@ -435,12 +421,6 @@ def _refuse_admin_address(destination):
     if is_admin_address(destination):
         raise _Error("access refused", f"{destination} is reserved for admin requests "
                      "on the admin service (AMQP)")
-
-
-def _plain_subscription(consumer):
-    """Whether C{consumer} reads a non-durable topic subscription of its own."""
-    queue = consumer.queue
-    return queue.pattern is not None and queue.durable_key is None
 
 
 def _header(headers, name):

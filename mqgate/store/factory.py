@@ -18,6 +18,7 @@ import os
 
 from twisted.application import service
 from twisted.internet import defer
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
@@ -32,12 +33,8 @@ FILESTORE_DIR = "filestore"
 
 class _Runner:
     """C{run_in_thread} for the file store: inline until the reactor runs, then on the
-    store's own thread pool, its result handed back on the reactor thread.
-
-    (What C{deferToThreadPool} does; written out because the modules of this package
-    must not import the reactor's thread helpers, tests/store/test_group_commit.py:
-    this is the one place that makes the store's C{run_in_thread}.)
-    """
+    store's own thread pool. This module is the one place in the package that ties a
+    store to threads (tests/store/test_group_commit.py)."""
 
     def __init__(self, reactor, pool):
         self._reactor = reactor
@@ -47,13 +44,7 @@ class _Runner:
     def __call__(self, f, *args):
         if not self.threaded:
             return defer.maybeDeferred(f, *args)
-        d = defer.Deferred()
-
-        def done(ok, result):
-            self._reactor.callFromThread(d.callback if ok else d.errback, result)
-
-        self._pool.callInThreadWithCallback(done, f, *args)
-        return d
+        return deferToThreadPool(self._reactor, self._pool, f, *args)
 
 
 class StoreService(service.Service):

@@ -228,9 +228,12 @@ def test_real_threads_with_sync_on(tmp_path, segment_size):
 
 
 def test_store_package_never_imports_the_reactor():
-    """The store reaches threads only through the injected run_in_thread."""
+    """The store reaches threads only through the injected run_in_thread; factory.py,
+    which makes that run_in_thread for the configured store, is the exception."""
     package = Path(mqgate.store.__file__).parent
     for path in package.glob("*.py"):
+        if path.name == "factory.py":
+            continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
