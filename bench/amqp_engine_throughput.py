@@ -14,7 +14,6 @@ delivery; the producer counts the broker's outcomes).
 """
 
 import argparse
-import socket
 import sys
 import time
 from pathlib import Path
@@ -26,93 +25,29 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 import amqp_throughput  # noqa: E402
 import stomp_throughput  # noqa: E402
 from amqp_throughput import BenchError, _emit, _fail, _rate  # noqa: E402
+from tests.e2e.engine_client import EngineClient  # noqa: E402
 
-from mqgate.amqp.connection import Connection  # noqa: E402
-from mqgate.amqp.events import (  # noqa: E402
-    ConnectionClosed, DeliveriesSettled, LinkAttached, LinkDetached, MessageReceived,
-    SaslCompleted,
-)
+from mqgate.amqp.events import DeliveriesSettled, MessageReceived  # noqa: E402
 from mqgate.amqp.message import encode_message  # noqa: E402
 from mqgate.amqp.performatives import (  # noqa: E402
-    RECEIVER, SENDER, SND_SETTLED, SND_UNSETTLED, Accepted, Source, Target,
+    RECEIVER, SENDER, SND_SETTLED, SND_UNSETTLED, Accepted,
 )
 
 SCENARIOS = ("presettled", "unsettled")
 READY_TIMEOUT = amqp_throughput.READY_TIMEOUT
 CLOSE_GRACE = 5.0
-RECV_SIZE = 1 << 18
 # The producer writes in batches of this many transfers per socket write.
 BATCH = 200
 # A client that hears nothing from the broker for this long gives up (a stall).
 STALL_TIMEOUT = 30.0
 
 
-class _Client:
-    """An AMQP client connection over a blocking socket, driven by the sans-IO engine."""
-
-    def __init__(self, url, options, timeout):
-        host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        credentials = (options.user, options.password) if options.user else "ANONYMOUS"
-        self.engine = Connection(server=False, container_id=f"bench-{options.mode}",
-                                 credentials=credentials, idle_timeout=None)
-        self.session = None
-
-    def flush(self):
-        data = self.engine.data_to_send()
-        if data:
-            self.sock.sendall(data)
-
-    def read(self):
-        """Read once from the socket; return the engine's events."""
-        data = self.sock.recv(RECV_SIZE)
-        if not data:
-            raise BenchError("the broker closed the connection")
-        events = self.engine.receive_data(data)
-        if self.engine.error is not None:
-            raise BenchError(f"protocol error: {self.engine.error}")
-        for event in events:
-            if isinstance(event, SaslCompleted) and not event.ok:
-                raise BenchError("authentication failed")
-            if isinstance(event, (ConnectionClosed, LinkDetached)) and event.error:
-                raise BenchError(f"{type(event).__name__}: {event.error}")
-        return events
-
-    def wait_for(self, predicate, what):
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            self.flush()
-            for event in self.read():
-                if predicate(event):
-                    return event
-        raise BenchError(f"timed out waiting for {what}")
-
-    def open_link(self, role, address, settle_mode):
-        self.flush()
-        self.wait_for(lambda e: self.engine.ready, "the broker's open")
-        self.session = self.engine.begin_session()
-        link = self.session.attach_link(f"bench-{role}", role)
-        if role is SENDER:
-            link.attach(source=Source(), target=Target(address=address),
-                        snd_settle_mode=settle_mode)
-        else:
-            link.attach(source=Source(address=address), target=Target(),
-                        snd_settle_mode=settle_mode)
-        self.wait_for(lambda e: isinstance(e, LinkAttached) and e.link is link,
-                      f"the attach of {address}")
-        return link
-
-    def close(self):
-        try:
-            self.engine.close()
-            self.flush()
-            self.sock.settimeout(CLOSE_GRACE)
-            while not self.engine.finished:
-                self.read()
-        except (OSError, BenchError):
-            pass
-        self.sock.close()
+def _client(options, timeout):
+    """The lean client (tests/e2e/engine_client.py) on C{options.url}."""
+    host, port = options.url.rsplit("//", 1)[1].rsplit(":", 1)
+    credentials = (options.user, options.password) if options.user else "ANONYMOUS"
+    return EngineClient((host, int(port)), f"bench-{options.mode}",
+                        credentials=credentials, timeout=timeout)
 
 
 def run_producer(options):
@@ -120,7 +55,7 @@ def run_producer(options):
     presettled = options.mode == "presettled"
     payload = encode_message(b"x" * options.size)
     try:
-        client = _Client(options.url, options, STALL_TIMEOUT)
+        client = _client(options, STALL_TIMEOUT)
         link = client.open_link(SENDER, options.address,
                                 SND_SETTLED if presettled else SND_UNSETTLED)
         sent = settled = 0
@@ -147,14 +82,14 @@ def run_producer(options):
         _fail("producer", str(e))
     _emit(role="producer", sent=sent, seconds=done - first,
           msgs_per_s=_rate(sent, done - first), outcomes={"accepted": settled})
-    client.close()
+    client.close(CLOSE_GRACE)
 
 
 def run_consumer(options):
     """Attach, print ``ready``, count the messages; print a JSON result line."""
     presettled = options.mode == "presettled"
     try:
-        client = _Client(options.url, options, READY_TIMEOUT)
+        client = _client(options, READY_TIMEOUT)
         link = client.open_link(RECEIVER, options.address,
                                 SND_SETTLED if presettled else SND_UNSETTLED)
         link.flow(options.prefetch)
@@ -182,7 +117,7 @@ def run_consumer(options):
     _emit(role="consumer", received=received, seconds=last - first,
           msgs_per_s=_rate(received, last - first),
           wait_for_first_s=round(first - attached, 3))
-    client.close()
+    client.close(CLOSE_GRACE)
 
 
 def measure(options, url, mode, broker_pid=None):

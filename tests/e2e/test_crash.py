@@ -22,20 +22,17 @@ was sent, each message whole, none twice.
 import hashlib
 import random
 import shutil
-import socket
 import threading
 import time
 
 import pytest
 
-from mqgate.amqp.connection import Connection
-from mqgate.amqp.events import (
-    ConnectionClosed, DeliveriesSettled, LinkDetached, MessageReceived)
+from mqgate.amqp.events import DeliveriesSettled, MessageReceived
 from mqgate.amqp.message import DATA, Header, encode_message, parse_message
-from mqgate.amqp.performatives import (
-    RECEIVER, SENDER, SND_UNSETTLED, Accepted, Source, Target)
+from mqgate.amqp.performatives import RECEIVER, SENDER, Accepted
 
 from tests.e2e.broker import BrokerProcess
+from tests.e2e.engine_client import EngineClient
 
 #: Rounds per store (issue 6: twenty for the file store with sync on, five for each SQL
 #: store), and the acknowledgements to wait for before the kill, drawn per round.
@@ -76,64 +73,6 @@ def identify(payload):
     return key
 
 
-# -- a lean AMQP client on mqgate's own engine -------------------------------------------
-
-class EngineClient:
-    """One AMQP connection over a blocking socket, driven by the sans-IO engine."""
-
-    def __init__(self, address, name):
-        self.sock = socket.create_connection(address, timeout=DEADLINE)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.engine = Connection(server=False, container_id=name,
-                                 credentials="ANONYMOUS", idle_timeout=None)
-        self.name = name
-
-    def flush(self):
-        data = self.engine.data_to_send()
-        if data:
-            self.sock.sendall(data)
-
-    def read(self):
-        data = self.sock.recv(1 << 18)
-        if not data:
-            raise ConnectionError("the broker closed the connection")
-        events = self.engine.receive_data(data)
-        for event in events:
-            if isinstance(event, (ConnectionClosed, LinkDetached)) and event.error:
-                raise ConnectionError(f"{type(event).__name__}: {event.error}")
-        return events
-
-    def attach(self, role, address):
-        self.flush()
-        deadline = time.monotonic() + DEADLINE
-        while not self.engine.ready:
-            self._step(deadline, "the open")
-        session = self.engine.begin_session()
-        link = session.attach_link(f"{self.name}-{role}", role)
-        if role is SENDER:
-            link.attach(source=Source(), target=Target(address=address),
-                        snd_settle_mode=SND_UNSETTLED)
-        else:
-            link.attach(source=Source(address=address), target=Target(),
-                        snd_settle_mode=SND_UNSETTLED)
-        self.flush()
-        while link.state.name != "ATTACHED":
-            self._step(deadline, f"the attach of {address}")
-        return link
-
-    def _step(self, deadline, what):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{self.name}: no {what} within {DEADLINE} s")
-        self.read()
-        self.flush()
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 class Producer(threading.Thread):
     """Sends numbered persistent messages until the connection breaks.
 
@@ -156,8 +95,8 @@ class Producer(threading.Thread):
     def run(self):
         client = None
         try:
-            client = EngineClient(self.address, f"crash-{self.index}")
-            link = client.attach(SENDER, self.queue)
+            client = EngineClient(self.address, f"crash-{self.index}", timeout=DEADLINE)
+            link = client.open_link(SENDER, self.queue)
             header = Header(durable=True)
             while True:
                 while link.credit and self.sent - len(self.accepted) < 2000:
@@ -179,7 +118,7 @@ class Producer(threading.Thread):
             self.tally.add(0)
         finally:
             if client is not None:
-                client.close()
+                client.close(grace=1.0)   # the broker may be gone
 
 
 class Tally:
@@ -211,9 +150,9 @@ class Tally:
 def drain_queue(address, queue, batch=2000):
     """Accept everything C{queue} holds; return the C{(producer, number)} keys in the
     order they came. Ends on the broker's answer to a drain flow, not on a timeout."""
-    client = EngineClient(address, "crash-drain")
+    client = EngineClient(address, "crash-drain", timeout=DEADLINE)
     try:
-        link = client.attach(RECEIVER, queue)
+        link = client.open_link(RECEIVER, queue)
         accepted = Accepted()
         keys = []
         while True:
@@ -317,8 +256,8 @@ def test_torn_journal_tail_recovers_cleanly(tmp_path):
     varhome = tmp_path / "varhome"
     broker = BrokerProcess(varhome).start(timeout=DEADLINE)
     try:
-        client = EngineClient(broker.address("jms"), "torn")
-        link = client.attach(SENDER, "queue://torn")
+        client = EngineClient(broker.address("jms"), "torn", timeout=DEADLINE)
+        link = client.open_link(SENDER, "queue://torn")
         header = Header(durable=True)
         accepted = 0
         for number in range(300):
