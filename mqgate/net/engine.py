@@ -237,7 +237,12 @@ class EngineProtocol(Protocol):
             # let go of the consumers now, so deliveries go elsewhere instead of being
             # written behind the close and counted as failed when the socket goes.
             self.glue.connection_lost()
-            self.transport.loseConnection()
+            if self._writing_paused:
+                # The peer is not reading (its socket is full): waiting for it to take
+                # our goodbye could hold the connection for ever (S9.4, S9.6).
+                self.transport.abortConnection()
+            else:
+                self.transport.loseConnection()
 
     def connectionLost(self, reason):
         """The transport is gone: everything unsettled goes back to its queue."""

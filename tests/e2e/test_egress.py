@@ -233,3 +233,57 @@ def test_the_admin_address_is_no_destination(broker):
         assert [f.command for f in frames] == ["ERROR"], frames
         assert "reserved for admin requests" in bytes(frames[0].body).decode() + \
             str(frames[0].headers)
+
+
+def test_over_budget_the_slow_subscriber_is_disconnected(broker_factory, tmp_path):
+    """S9.6: when the egress buffers pass their budget the load factor event is
+    logged and the slow subscriber holding them is disconnected (its socket dropped,
+    since it reads nothing), while a subscriber that keeps up goes on."""
+    broker = broker_factory({
+        "mqgate.egress.buffer.budget": "1m",
+        "mqgate.egress.slow_subscriber.threshold": "5",
+        "mqgate.client_profile.deep.d1.max_depth": "262144",
+        "mqgate.client_profile.assign.guest": "deep"})
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.egress_consumer",
+         broker_url(broker, user="guest", password="guest"), TOPIC,
+         str(tmp_path / "slow.txt")],
+        cwd=str(REPO_ROOT), env=broker_environment(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert slow.stdout.readline().strip() == "ready"
+        os.kill(slow.pid, signal.SIGSTOP)
+        attached = threading.Event()
+
+        def keep_up():
+            # Proton objects stay in the thread that made them.
+            with opened(broker, timeout=60) as conn:
+                receiver = conn.create_receiver(TOPIC, credit=1000, options=AtMostOnce())
+                attached.set()
+                seqs = []
+                while 9999 not in seqs:
+                    seqs.append(receiver.receive(timeout=60).properties["seq"])
+                return seqs
+
+        def load():
+            assert attached.wait(30), "the keeping-up subscriber never attached"
+            # 8 MB: the socket buffers fill, then over 1 MiB waits in the stalled
+            # subscriber's D-1 (it holds 512 MiB, so nothing is discarded).
+            produce(broker, range(2000), end=False)
+            broker.wait_for_line(r"egress buffer load factor set", timeout=30)
+            broker.wait_for_line(r"CLIENT_DISCONNECTED_SLOW_SUBSCRIBER: .*user guest",
+                                 timeout=30)
+            produce(broker, [9999], end=False)
+
+        seqs, _ = run_in_threads([keep_up, load], timeout=120)
+        assert seqs == list(range(2000)) + [9999]
+        broker.wait_for_line(r"egress buffer load factor clear", timeout=10)
+        assert not [line for line in broker.output
+                    if "CLIENT_DISCONNECTED_SLOW_SUBSCRIBER" in line and "user admin" in line]
+        # Let go, the stalled client finds its connection gone.
+        os.kill(slow.pid, signal.SIGCONT)
+        assert slow.wait(timeout=60) != 0
+    finally:
+        if slow.poll() is None:
+            os.kill(slow.pid, signal.SIGCONT)
+            slow.kill()
+            slow.wait(timeout=30)
