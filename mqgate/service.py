@@ -95,11 +95,11 @@ class BrokerService(service.MultiService):
 
     def _recovered(self, recovered):
         summary = self.broker.persistence.restore(self.broker, recovered)
-        log.info("recovered {messages} persistent messages in {holding} destinations "
-                 "({destinations} destinations, {durables} durable subscriptions) from "
-                 "the {store}", messages=summary.messages, holding=summary.holding,
-                 destinations=summary.destinations, durables=summary.durables,
-                 store=self.store_service.description)
+        log.info("recovered {messages} persistent messages, held by {holding} of the "
+                 "{destinations} stored destinations and {durables} durable "
+                 "subscriptions, from the {store}", messages=summary.messages,
+                 holding=summary.holding, destinations=summary.destinations,
+                 durables=summary.durables, store=self.store_service.description)
         for warning in summary.warnings:
             log.warn("store recovery: {warning}", warning=warning)
 
