@@ -102,8 +102,7 @@ class EncodedMessage:
             if self.app_span is None:
                 self._app_properties = {}
             else:
-                value = _section_value(self.data, self.app_span[0])
-                self._app_properties = value if isinstance(value, dict) else {}
+                self._app_properties = _section_map(self.data, self.app_span[0])
         return self._app_properties
 
     @property
@@ -111,8 +110,7 @@ class EncodedMessage:
         """The message-annotations map, decoded on demand."""
         if self.annotations is None:
             return {}
-        value = _section_value(self.data, self.annotations[0])
-        return value if isinstance(value, dict) else {}
+        return _section_map(self.data, self.annotations[0])
 
     def body_sections(self):
         """Decode and return the body sections as C{[(code, value), ...]} (STOMP mapping)."""
@@ -179,6 +177,21 @@ _KNOWN_SECTIONS = frozenset(range(HEADER, FOOTER + 1))
 def _section_value(data, pos):
     _code, value_start = _section_code(data, pos)
     return codec.decode(data, value_start)[0]
+
+
+def _section_map(data, pos):
+    """The map of the section at C{pos}; empty when it is not a well-formed map.
+
+    These sections are only walked (L{codec.skip}) when the message arrives, so their
+    contents may still be bad (a string that is not UTF-8, say). The message goes on
+    as it came; what the broker reads of it, a selector or a STOMP header, sees nothing
+    there rather than failing wherever it is read.
+    """
+    try:
+        value = _section_value(data, pos)
+    except DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def declares_durable(data):

@@ -124,14 +124,13 @@ def test_body_is_never_decoded():
 
 
 def test_application_properties_are_decoded_lazily():
-    """S10.1: application-properties are only skipped by parse_message; a malformed map there
-    surfaces when (and only when) the properties are read."""
+    """S10.1: application-properties are only skipped by parse_message; a map there
+    that does not decode reads as empty when (and only when) the properties are read."""
     data = encode_message(b"x")
     bad = b"\x00\x53\x74\xc1\x02\x01\x40" + data  # map8 with one element: odd count
     msg = parse_message(bad)
     assert msg.app_span == (0, 7)
-    with pytest.raises(DecodeError):
-        msg.application_properties
+    assert msg.application_properties == {}
 
 
 def test_application_properties_decoded_once():
@@ -302,3 +301,19 @@ def test_every_truncation_of_the_sections_before_the_body():
         else:
             with pytest.raises(DecodeError):
                 parse_message(data[:cut])
+
+
+def test_malformed_maps_read_as_empty_and_the_message_goes_on_unchanged():
+    """S10.4: annotation and application-property maps are only walked on arrival; one
+    whose contents do not decode (a string that is not UTF-8) reads as empty wherever
+    the broker looks, and the message is still delivered as it came."""
+    good = encode_message(b"hi", message_annotations={Symbol("x-opt-k"): "ok"},
+                          application_properties={"p": "ok"})
+    bad = good.replace(b"ok", b"\xff\xfe")
+    message = parse_message(bad)
+    assert message.message_annotations == {}
+    assert message.application_properties == {}
+    assert b"".join(message.for_delivery()) == bad
+    flagged = parse_message(b"".join(message.for_delivery(
+        annotations={Symbol("x-opt-discard-indication"): True})))
+    assert flagged.message_annotations == {Symbol("x-opt-discard-indication"): True}
