@@ -105,6 +105,9 @@ class Egress:
             # it handing us more until G-1 drains.
             self._withheld.add(target)
             target.consumer.set_credit(0)
+        if self._paused and not self._queued_seen:
+            # Data waits for a paused transport: from now on that counts (S9.4).
+            self._tell_meter(True)
         self.request_flush()
 
     def core_credit(self, target):

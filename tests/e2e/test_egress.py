@@ -266,16 +266,17 @@ def test_over_budget_the_slow_subscriber_is_disconnected(broker_factory, tmp_pat
 
         def load():
             assert attached.wait(30), "the keeping-up subscriber never attached"
-            # 8 MB: the socket buffers fill, then over 1 MiB waits in the stalled
-            # subscriber's D-1 (it holds 512 MiB, so nothing is discarded).
-            produce(broker, range(2000), end=False)
+            # 20 MB: the socket buffers fill (loopback's can take several MB), then
+            # well over 1 MiB waits in the stalled subscriber's D-1 (it holds 512 MiB,
+            # so nothing is discarded).
+            produce(broker, range(5000), end=False)
             broker.wait_for_line(r"egress buffer load factor set", timeout=30)
             broker.wait_for_line(r"CLIENT_DISCONNECTED_SLOW_SUBSCRIBER: .*user guest",
                                  timeout=30)
             produce(broker, [9999], end=False)
 
         seqs, _ = run_in_threads([keep_up, load], timeout=120)
-        assert seqs == list(range(2000)) + [9999]
+        assert seqs == list(range(5000)) + [9999]
         broker.wait_for_line(r"egress buffer load factor clear", timeout=10)
         assert not [line for line in broker.output
                     if "CLIENT_DISCONNECTED_SLOW_SUBSCRIBER" in line and "user admin" in line]
@@ -287,3 +288,35 @@ def test_over_budget_the_slow_subscriber_is_disconnected(broker_factory, tmp_pat
             os.kill(slow.pid, signal.SIGCONT)
             slow.kill()
             slow.wait(timeout=30)
+
+
+def test_a_stalled_stomp_subscriber_is_told_with_a_header(broker_factory, passfile,
+                                                          tmp_path):
+    """S9.2 over STOMP: a SIGSTOPped ack:auto subscriber's D-1 discards while 80 MB go
+    past it; once it reads again, the first MESSAGE after each gap carries
+    discard-indication:true, and no other does."""
+    broker = broker_factory(DEFINES)
+    host, port = broker.address("jms")
+    out = tmp_path / "stomp.txt"
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.egress_consumer", f"stomp://{host}:{port}",
+         "/topic/egress.prices", str(out)],
+        cwd=str(REPO_ROOT), env=broker_environment(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert slow.stdout.readline().strip() == "ready"
+        os.kill(slow.pid, signal.SIGSTOP)
+        run_in_threads([lambda: produce(broker, range(COUNT))], timeout=120)
+        stalled = wait_until(lambda: client_of(broker, passfile, "guest"),
+                             "the stalled client in show client * stats queue")
+        assert stalled["protocol"] == "stomp"
+        d1 = next(q for q in stalled["queues"] if q["queue"] == "D-1")
+        assert d1["discards"] > 0 and d1["length_units"] <= 100, d1
+    finally:
+        os.kill(slow.pid, signal.SIGCONT)
+    assert slow.wait(timeout=120) == 0
+    rows = [tuple(map(int, line.split())) for line in out.read_text().splitlines()]
+    seqs = [seq for seq, _ in rows]
+    assert seqs == sorted(seqs) and len(seqs) < COUNT
+    gaps = {seqs[i] for i in range(1, len(seqs)) if seqs[i] != seqs[i - 1] + 1}
+    assert gaps, "the stalled subscriber lost nothing"
+    assert {seq for seq, flagged in rows if flagged} == gaps

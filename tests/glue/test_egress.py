@@ -258,3 +258,15 @@ def test_a_paused_transport_makes_the_client_slow(world):
     egress.drain(transport.write, transport.is_paused)
     clock.advance(61)
     assert not egress.meter.is_slow()
+
+
+def test_filing_for_a_paused_transport_counts_as_blocked(world):
+    """S9.4: data filed while the transport is paused counts against the client from
+    then on, even before the adapter tries to drain."""
+    broker, engine, egress, _ = world
+    clock = egress.meter._clock
+    attach(broker, egress, engine, "topic://t", "a", unbounded=True)
+    egress.paused()
+    broker.open_producer("topic://t").send(message())
+    clock.advance(45)
+    assert egress.meter.is_slow()
