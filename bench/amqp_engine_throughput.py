@@ -127,7 +127,7 @@ def measure(options, url, mode, broker_pid=None):
             "--timeout", str(options.timeout), "--address", options.address,
             "--user", options.user, "--password", options.password]
     children = []
-    cpu_before = stomp_throughput.broker_cpu(broker_pid)
+    cpu_before = amqp_throughput.broker_cpu(broker_pid)
     try:
         consumer = stomp_throughput.ScriptChild(__file__, "consume", args)
         children.append(consumer)
@@ -150,8 +150,8 @@ def measure(options, url, mode, broker_pid=None):
         "seconds": round(got["seconds"], 3),
         "producer_msgs_per_s": sent["msgs_per_s"],
     }
-    result.update(stomp_throughput.cpu_fields(
-        cpu_before, stomp_throughput.broker_cpu(broker_pid), got["received"]))
+    result.update(amqp_throughput.cpu_fields(
+        cpu_before, amqp_throughput.broker_cpu(broker_pid), got["received"]))
     return result
 
 

@@ -385,14 +385,27 @@ def _client_args(options, url, mode):
             "--user", options.user, "--password", options.password]
 
 
-def _cpu_seconds(pid):
-    """CPU time (user + system) a process has used so far, from /proc; None elsewhere."""
+def broker_cpu(pid):
+    """CPU time (user + system) the broker has used so far, from /proc; None without
+    a pid or /proc."""
+    if not pid:
+        return None
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_fields(before, after, count, unit="msg", plural="msgs"):
+    """``broker_cpu_us_per_<unit>`` and ``broker_one_core_<plural>_per_s``, if known:
+    what the broker itself would sustain on one core, whatever the load generator."""
+    if before is None or after is None or not count:
+        return {}
+    each = (after - before) / count
+    return {f"broker_cpu_us_per_{unit}": round(each * 1e6, 1),
+            f"broker_one_core_{plural}_per_s": round(1 / each) if each else None}
 
 
 def measure(options, url, mode, broker_pid=None):
@@ -404,7 +417,7 @@ def measure(options, url, mode, broker_pid=None):
     """
     args = _client_args(options, url, mode)
     children = []
-    cpu_before = _cpu_seconds(broker_pid) if broker_pid else None
+    cpu_before = broker_cpu(broker_pid)
     try:
         consumer = Child("consume", args)
         children.append(consumer)
@@ -438,11 +451,7 @@ def measure(options, url, mode, broker_pid=None):
         "seconds": round(got["seconds"], 3),
         "producer_msgs_per_s": sent["msgs_per_s"],
     }
-    cpu_after = _cpu_seconds(broker_pid) if broker_pid else None
-    if cpu_before is not None and cpu_after is not None and got["received"]:
-        per_message = (cpu_after - cpu_before) / got["received"]
-        result["broker_cpu_us_per_msg"] = round(per_message * 1e6, 1)
-        result["broker_one_core_msgs_per_s"] = round(1 / per_message) if per_message else None
+    result.update(cpu_fields(cpu_before, broker_cpu(broker_pid), got["received"]))
     return result
 
 

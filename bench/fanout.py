@@ -45,9 +45,10 @@ import amqp_throughput  # noqa: E402
 import stomp_throughput  # noqa: E402
 from amqp_throughput import (  # noqa: E402
     CLOSE_GRACE, FIRST_MESSAGE_WARNING, READY_TIMEOUT, BenchError, _emit, _fail, _rate,
+    broker_cpu, cpu_fields,
 )
 from stomp_throughput import (  # noqa: E402
-    RECV_SIZE, STALL_TIMEOUT, ScriptChild, StompError, cpu_fields, broker_cpu,
+    RECV_SIZE, STALL_TIMEOUT, ScriptChild, StompError,
 )
 
 SCENARIOS = ("amqp", "stomp")

@@ -53,6 +53,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 import amqp_throughput  # noqa: E402
+from amqp_throughput import broker_cpu, cpu_fields  # noqa: E402
 from amqp_throughput import (  # noqa: E402
     CLOSE_GRACE, FIRST_MESSAGE_WARNING, READY_TIMEOUT, BenchError, _emit, _fail,
     _one_line, _rate,
@@ -395,20 +396,6 @@ def client_args(options, url, mode, address=None, messages=None):
             "--messages", str(messages or options.messages), "--size", str(options.size),
             "--prefetch", str(options.prefetch), "--timeout", str(options.timeout),
             "--user", options.user, "--password", options.password]
-
-
-def broker_cpu(pid):
-    """The broker's CPU seconds so far (None without a pid or /proc)."""
-    return amqp_throughput._cpu_seconds(pid) if pid else None
-
-
-def cpu_fields(before, after, count, unit="msg", plural="msgs"):
-    """``broker_cpu_us_per_<unit>`` and ``broker_one_core_<plural>_per_s``, if known."""
-    if before is None or after is None or not count:
-        return {}
-    each = (after - before) / count
-    return {f"broker_cpu_us_per_{unit}": round(each * 1e6, 1),
-            f"broker_one_core_{plural}_per_s": round(1 / each) if each else None}
 
 
 def measure(options, url, mode, broker_pid=None):
