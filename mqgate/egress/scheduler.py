@@ -308,6 +308,9 @@ class EgressScheduler:
         self._by_cos = {cos: self._queues[direct_queue_for(cos)] for cos in (1, 2, 3)}
         self._blocked = set()
         self._discarded_keys = set()
+        # Messages waiting in all five queues, kept as they come and go: read once per
+        # delivery (L{queued_messages}), so not summed over the queues each time.
+        self._waiting = 0
         self._seq = 0
         self._guaranteed_refused = False
         self._on_guaranteed_room = on_guaranteed_room
@@ -350,12 +353,14 @@ class EgressScheduler:
                 queue.units + units <= limits.max_depth:
             # The common case, spelled out: it runs once per message per subscriber.
             self._seq += 1
+            self._waiting += 1
             queue.push(_Entry(item, size, units, key, self._seq), self._blocked)
             return ()
         dropped = []
         while (not queue.admits_by_burst() and not queue.fits(units)
                and queue.messages):
             entry = queue.pop_oldest()
+            self._waiting -= 1
             self._discarded_keys.add(entry.key)
             dropped.append(entry.item)
         if queue.admits_by_burst() or queue.fits(units):
@@ -419,6 +424,7 @@ class EgressScheduler:
 
     def _push(self, queue, item, size, key, units=None):
         self._seq += 1
+        self._waiting += 1
         if units is None:
             units = work_units(size)
         queue.push(_Entry(item, size, units, key, self._seq), self._blocked)
@@ -437,6 +443,7 @@ class EgressScheduler:
         for queue in self._in_order:
             if queue._ready:
                 entry = queue.pop_ready()
+                self._waiting -= 1
                 if queue is self._control:
                     return queue.name, entry.item, False
                 flagged = False
@@ -490,6 +497,7 @@ class EgressScheduler:
         taken = []
         for queue in self._in_order:
             taken.extend((queue.name, entry.item) for entry in queue.withdraw(key))
+        self._waiting -= len(taken)
         self._maybe_guaranteed_room()
         return taken
 
@@ -497,8 +505,13 @@ class EgressScheduler:
 
     @property
     def queued_messages(self):
-        """Messages waiting in all five queues."""
-        return sum(queue.messages for queue in self._in_order)
+        """Messages waiting in all five queues (blocked keys' included)."""
+        return self._waiting
+
+    @property
+    def control_waiting(self):
+        """Control items waiting on C-1: newer control output must queue behind them."""
+        return self._control.messages
 
     @property
     def queued_units(self):

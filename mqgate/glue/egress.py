@@ -64,8 +64,6 @@ class Egress:
         self.scheduler = EgressScheduler(profile, on_guaranteed_room=self._room)
         self._withheld = set()     # targets whose core credit waits for G-1 room
         self._when_served = []     # callbacks for when nothing ready is left (drains)
-        self._held_control = 0     # C-1 items waiting
-        self._backlog = 0          # items waiting in any queue, blocked ones included
         self._paused = False       # the transport asked us to stop writing
         self._room_again = False
         self._queued_seen = False  # what the meter was last told
@@ -89,17 +87,15 @@ class Egress:
                 cos = message.cos = _cos_of(message)
         else:
             cos = 1
-        if not (self._backlog or self._paused or scheduler.is_blocked(target)):
+        if not (scheduler.queued_messages or self._paused or scheduler.is_blocked(target)):
             target.write(delivery, scheduler.pass_through(not direct, cos, target))
             self.request_flush()
             return
         target.queued += 1
-        self._backlog += 1
         if direct:
             for dropped_target, _ in scheduler.offer_direct(
                     (target, delivery), message.size, cos, key=target):
                 dropped_target.queued -= 1
-                self._backlog -= 1
         elif not scheduler.push_guaranteed((target, delivery), message.size, key=target):
             # The core reads the consumer's credit again after this call: zero stops
             # it handing us more until G-1 drains.
@@ -139,7 +135,6 @@ class Egress:
         consumer = target.consumer
         taken = self.scheduler.withdraw(target)
         target.queued -= len(taken)
-        self._backlog -= len(taken)
         if consumer is None or consumer.presettled or not taken:
             return
         # No credit, or the released deliveries would come straight back here; newest
@@ -153,20 +148,16 @@ class Egress:
     def hold_control(self, data):
         """Keep engine output produced while the transport is paused (or while older
         control output still waits), on C-1."""
-        self._held_control += 1
-        self._backlog += 1
         self.scheduler.offer_control(data, len(data))
 
     @property
     def holding_control(self):
         """Whether control output waits on C-1: newer output must queue behind it."""
-        return self._held_control > 0
+        return self.scheduler.control_waiting > 0
 
     def flush_control(self, write):
         """Write every waiting C-1 item now (the connection is closing)."""
-        while self._held_control:
-            self._held_control -= 1
-            self._backlog -= 1
+        while self.scheduler.control_waiting:
             _queue, item, _ = self.scheduler.next()
             write(item)
 
@@ -194,9 +185,7 @@ class Egress:
                     done = True
                     break
                 queue, item, discarded = served
-                self._backlog -= 1
                 if queue == C1:
-                    self._held_control -= 1
                     out = engine.data_to_send()   # what earlier items made goes first
                     if out:
                         write(out)
@@ -230,7 +219,7 @@ class Egress:
         for the queues to be served."""
         if self._when_served:
             return True
-        return bool(self._backlog) and self.scheduler.has_pending()
+        return bool(self.scheduler.queued_messages) and self.scheduler.has_pending()
 
     def _tell_meter(self, queued):
         if queued != self._queued_seen:

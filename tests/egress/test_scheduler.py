@@ -405,3 +405,24 @@ def test_new_profile_keeps_queued_messages():
     assert scheduler.queue_stats(D1).length_msgs == 4
     assert scheduler.offer_direct(4, 4096) == [0, 1, 2]
     assert scheduler.queue_stats(D1).max_depth == 4
+
+
+def test_queued_messages_follows_every_way_in_and_out():
+    """S9.7: the count of waiting messages (a queue length in the show tables, and what
+    the adapter checks per delivery) stays the sum of the queues through discards,
+    service and withdrawal."""
+    scheduler = limited(max_depth=3, min_msg_burst=0)
+    for i in range(5):
+        scheduler.offer_direct(i, 100, key="a")          # two of them discarded
+    scheduler.offer_control(b"flow", 4)
+    scheduler.offer_guaranteed("g", 100, key="b")
+
+    def summed():
+        return sum(row.length_msgs for row in scheduler.stats())
+
+    assert scheduler.queued_messages == summed() == 5
+    assert scheduler.control_waiting == 1
+    scheduler.next()
+    assert scheduler.queued_messages == summed() == 4 and scheduler.control_waiting == 0
+    scheduler.withdraw("a")
+    assert scheduler.queued_messages == summed() == 1
