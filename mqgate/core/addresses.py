@@ -36,6 +36,13 @@ class AddressError(ProtocolError):
     condition = "amqp:invalid-field"
 
 
+class NameLimitExceeded(ProtocolError):
+    """A destination name or topic pattern is longer, or deeper, than the broker takes
+    (C{mqgate.destination.max_name_length}, C{mqgate.topic.max_levels})."""
+
+    condition = "amqp:resource-limit-exceeded"
+
+
 class NotFound(ProtocolError):
     """The named destination or subscription does not exist and may not be created
     (S2.5: the attach fails with a not-found error)."""
@@ -92,6 +99,31 @@ def resolve(address, capabilities=(), default_type=QUEUE):
     return kind, name
 
 
+def check_name(kind, name, max_length, max_levels):
+    """Refuse a destination name (for a topic, a name or a pattern) longer than
+    C{max_length} characters or, for a topic, with more than C{max_levels} levels.
+
+    Run once per attach or per new route, never per message: it costs O(len(name)).
+
+    @raise NameLimitExceeded: saying which limit and which setting raises it.
+    """
+    if len(name) > max_length:
+        raise NameLimitExceeded(
+            f"the {kind} name {_shown(name)} is {len(name)} characters long, more than"
+            f" the broker takes ({max_length}, mqgate.destination.max_name_length)")
+    if kind == TOPIC:
+        levels = name.count(".") + 1
+        if levels > max_levels:
+            raise NameLimitExceeded(
+                f"the topic {_shown(name)} has {levels} levels, more than the broker"
+                f" takes ({max_levels}, mqgate.topic.max_levels)")
+
+
+def _shown(name):
+    # An error quotes a name, but not a megabyte of it.
+    return repr(name) if len(name) <= 64 else repr(name[:64]) + "..."
+
+
 def is_pattern(name):
     """Tell whether a topic name contains a wildcard level (C{*} or C{#})."""
     return "*" in name or "#" in name
@@ -102,29 +134,67 @@ def topic_matches(pattern, name):
 
     Levels are separated by dots; C{*} matches exactly one level and C{#} zero or more
     levels. Wildcards only count as whole levels: C{a*} is a literal level.
+
+    The cost is at most proportional to (pattern levels) x (name levels), whatever the
+    number of C{#}: a pattern cannot make the broker search (issue 10).
     """
     if pattern == name:
         return True
     if "*" not in pattern and "#" not in pattern:
         return False
-    return _match_levels(pattern.split("."), 0, name.split("."), 0)
+    return _match_levels(pattern.split("."), name.split("."))
 
 
-def _match_levels(pattern, i, name, j):
-    while i < len(pattern):
-        level = pattern[i]
+def _match_levels(pattern, name):
+    # The C{#} levels cut the pattern into runs of fixed length (literal and C{*}
+    # levels); consecutive C{#} give empty runs, which is why they mean one C{#}. The
+    # first run is anchored at the start of the name unless the pattern starts with
+    # C{#}, the last at its end unless it ends with one; each run in between is matched
+    # at the earliest place after the previous one. Taking the earliest place is never
+    # wrong: it leaves the most levels for the runs still to place, and a C{#} absorbs
+    # whatever lies between. Each run is tried at most once per name level, so no
+    # backtracking happens and the work is bounded by len(pattern) * len(name).
+    runs = _runs(pattern)
+    if len(runs) == 1:
+        run = runs[0]
+        return len(run) == len(name) and _run_at(run, name, 0)
+    first, last = runs[0], runs[-1]
+    end = len(name) - len(last)
+    if end < len(first) or not _run_at(first, name, 0) or not _run_at(last, name, end):
+        return False
+    position = len(first)
+    for run in runs[1:-1]:
+        if not run:
+            continue
+        position = _find_run(run, name, position, end)
+        if position < 0:
+            return False
+    return True
+
+
+def _runs(pattern):
+    """The pattern's levels between its C{#} levels: C{a.#.b.*.#} -> [[a], [b, *], []]."""
+    runs = [[]]
+    for level in pattern:
         if level == "#":
-            # Consecutive '#' levels mean the same as one.
-            while i + 1 < len(pattern) and pattern[i + 1] == "#":
-                i += 1
-            if i + 1 == len(pattern):
-                return True
-            return any(_match_levels(pattern, i + 1, name, k)
-                       for k in range(j, len(name) + 1))
-        if j >= len(name):
+            runs.append([])
+        else:
+            runs[-1].append(level)
+    return runs
+
+
+def _run_at(run, name, start):
+    # Does every level of C{run} match the name level at the same offset from C{start}?
+    for offset, level in enumerate(run):
+        if level != "*" and level != name[start + offset]:
             return False
-        if level != "*" and level != name[j]:
-            return False
-        i += 1
-        j += 1
-    return j == len(name)
+    return True
+
+
+def _find_run(run, name, start, end):
+    """The end of the earliest place at or after C{start} where C{run} matches and ends
+    by C{end}; -1 when there is none."""
+    for place in range(start, end - len(run) + 1):
+        if _run_at(run, name, place):
+            return place + len(run)
+    return -1
