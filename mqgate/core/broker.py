@@ -12,13 +12,17 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+from twisted.logger import Logger
+
 from mqgate.core.addresses import (
-    QUEUE, TOPIC, AddressError, NotAllowed, NotFound, canonical, is_pattern, resolve)
+    QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, canonical,
+    check_name, is_pattern, resolve)
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
 from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
 from mqgate.core.limits import (
-    FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded)
+    FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
+    SystemLimits)
 from mqgate.core.message import BrokerMessage
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.errors import ConfigError, LocalProtocolError
@@ -26,7 +30,7 @@ from mqgate.errors import ConfigError, LocalProtocolError
 __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
     "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "FLOW_CONTROL", "Limits",
-    "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST", "ResourceLimitExceeded",
+    "NameLimitExceeded", "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST", "ResourceLimitExceeded",
     "SelectorError",
 ]
 
@@ -55,6 +59,17 @@ class CoreConfig:
         bytes of waiting messages a queue may hold; -1 means no limit.
     @ivar limit_behavior: C{mqgate.autocreate.destination.limitBehavior}: what a full
         destination does to its producers, L{FLOW_CONTROL} or L{REJECT_NEWEST}.
+    @ivar max_count: C{mqgate.system.max_count}: messages the broker holds, -1 for no
+        limit (S2.2).
+    @ivar max_size: C{mqgate.system.max_size}: bytes of messages the broker holds, -1
+        for no limit (S2.2).
+    @ivar max_message_size: C{mqgate.message.max_size}: the largest message (S2.2).
+    @ivar max_destinations: C{mqgate.system.max_destinations}: queues, topics and
+        durable subscriptions clients may make the broker create.
+    @ivar max_name_length: C{mqgate.destination.max_name_length}: characters of a
+        destination name or topic pattern.
+    @ivar max_topic_levels: C{mqgate.topic.max_levels}: levels of a topic name or
+        pattern.
     """
 
     autocreate_queue: bool = True
@@ -63,6 +78,12 @@ class CoreConfig:
     max_num_msgs: int = 100000
     max_total_msg_bytes: int = 1 << 30
     limit_behavior: str = FLOW_CONTROL
+    max_count: int = -1
+    max_size: int = -1
+    max_message_size: int = 70 << 20
+    max_destinations: int = 100000
+    max_name_length: int = 255
+    max_topic_levels: int = 32
 
     def __post_init__(self):
         if self.default_type not in (QUEUE, TOPIC):
@@ -75,6 +96,11 @@ class CoreConfig:
             if value < -1 or value == 0:
                 raise ConfigError(_AUTOCREATE + key, value,
                                   "-1 (no limit) or a positive integer")
+
+    @property
+    def system_limits(self):
+        """A new L{SystemLimits} holding nothing yet (S2.2)."""
+        return SystemLimits(self.max_count, self.max_size, self.max_message_size)
 
     @property
     def limits(self):
@@ -96,11 +122,12 @@ class Producer:
     """
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
-                 "_callbacks")
+                 "_callbacks", "_system")
 
-    def __init__(self, address, destination, route, next_seq):
+    def __init__(self, address, destination, route, next_seq, system):
         self.address = address
         self.closed = False
+        self._system = system
         self._dest = destination
         self._route = route
         self._next_seq = next_seq
@@ -122,8 +149,10 @@ class Producer:
             a destination that does not exist and may not be created.
         @raise AddressError: (anonymous) C{message.to} is missing or empty.
         @raise ResourceLimitExceeded: the destination (for a topic, one of its
-            subscriptions) is full and its limit behaviour is REJECT_NEWEST; the
-            message was not enqueued anywhere (S2.3).
+            subscriptions) is full and its limit behaviour is REJECT_NEWEST (S2.3), or
+            the message is larger than C{mqgate.message.max_size} or the broker holds
+            as much as C{mqgate.system.*} allow (S2.2); the message was not enqueued
+            anywhere.
         @return: C{None}, or, when the message is persistent and went to a queue (or
             durable subscription) that stores its messages, a Deferred that fires once
             the store has it and errbacks with
@@ -132,6 +161,7 @@ class Producer:
         """
         if self.closed:
             raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
+        self._system.admit(message.size)
         destination = self._dest
         if destination is None:
             destination = self._route(message.to)
@@ -220,11 +250,17 @@ def _refuse_if_rejecting(destination):
 class Broker:
     """Destinations by name, and the producers and consumers attached to them.
 
+    Limits checked here, on attach or on a new route (never per message but the two
+    comparisons of L{SystemLimits.admit}): destination names (length, topic levels),
+    how many destinations clients may make (S2.5), what the broker holds (S2.2).
+
     @ivar clock: the injected C{IReactorTime}; only C{seconds()} is used.
     @ivar config: the L{CoreConfig}.
     @ivar persistence: the L{mqgate.core.persistence.Persistence}, or C{None}: no
         message, destination or subscription is ever stored.
     """
+
+    log = Logger(namespace="mqgate.broker")
 
     def __init__(self, clock, config=CoreConfig(), persistence=None):
         self.clock = clock
@@ -240,6 +276,7 @@ class Broker:
         self._subscription_ids = itertools.count(1)
         self._retired = dict.fromkeys(_TOTALS, 0)
         self._limits = config.limits
+        self._system = config.system_limits
 
     # -- attach -----------------------------------------------------------------------
 
@@ -251,12 +288,16 @@ class Broker:
 
         @raise NotFound: the destination does not exist and may not be created.
         @raise AddressError: the address names nothing.
+        @raise NameLimitExceeded: the name is too long or (a topic) too deep.
+        @raise ResourceLimitExceeded: the destination would be one more than
+            C{mqgate.system.max_destinations}.
         """
         if address is None:
-            return Producer(None, None, self._route, self._next_seq)
-        kind, name = resolve(address, capabilities, self.config.default_type)
+            return Producer(None, None, self._route, self._next_seq, self._system)
+        kind, name = self._resolve(address, capabilities)
         destination = self._destination(kind, name)
-        return Producer(canonical(kind, name), destination, None, self._next_seq)
+        return Producer(canonical(kind, name), destination, None, self._next_seq,
+                        self._system)
 
     def open_consumer(self, address, target, *, capabilities=(), presettled=False,
                       durable_name=None, container_id=None, dynamic=False, selector=None):
@@ -279,15 +320,19 @@ class Broker:
         @raise NotFound: the destination does not exist and may not be created.
         @raise NotAllowed: the durable subscription already has a consumer.
         @raise AddressError: the address names nothing.
+        @raise NameLimitExceeded: the name or pattern is too long or too deep.
+        @raise ResourceLimitExceeded: the destination or durable subscription would be
+            one more than C{mqgate.system.max_destinations}.
         """
         selector = _compiled(selector)
         temporary = None
         if dynamic:
             kind = TOPIC if _wants_topic(capabilities) else QUEUE
             name = self._temporary_name()
+            self._refuse_past_max_destinations(kind, name)
             temporary = self._create(kind, name, temporary=True)
         else:
-            kind, name = resolve(address, capabilities, self.config.default_type)
+            kind, name = self._resolve(address, capabilities)
         if kind == QUEUE:
             queue = temporary or self._destination(QUEUE, name)
         else:
@@ -372,7 +417,9 @@ class Broker:
 
         C{published}: messages accepted from producers; C{delivered}: hand-overs to
         consumers; C{acknowledged}: messages that left for good; C{dropped}; C{expired};
-        C{held}; C{in_flight}; and how many queues, topics and subscriptions exist.
+        C{held}; C{in_flight}; and how many queues, topics and subscriptions exist;
+        C{system_count} and C{system_bytes}: what counts against C{mqgate.system.*}
+        (S2.2).
         """
         totals = dict(self._retired)
         held = in_flight = 0
@@ -389,12 +436,13 @@ class Broker:
             totals["published"] += topic.messages_in
             totals["dropped"] += topic.dropped
         totals.update(held=held, in_flight=in_flight, queues=len(self._queues),
-                      topics=len(self._topics), subscriptions=len(self._index))
+                      topics=len(self._topics), subscriptions=len(self._index),
+                      system_count=self._system.count, system_bytes=self._system.bytes)
         return totals
 
     # -- internals --------------------------------------------------------------------
 
-    def _destination(self, kind, name):
+    def _destination(self, kind, name, restoring=False):
         # S2.5: look up, or create when configuration allows, else not-found.
         table = self._queues if kind == QUEUE else self._topics
         destination = table.get(name)
@@ -404,12 +452,34 @@ class Broker:
                    else self.config.autocreate_topic)
         if not allowed:
             raise NotFound(f"no {kind} {name!r} and auto-creation is disabled")
+        if not restoring:
+            self._refuse_past_max_destinations(kind, name)
         return self._create(kind, name)
+
+    def _resolve(self, address, capabilities):
+        # resolve, and refuse names that are too long or too deep before anything is
+        # made or matched with them.
+        kind, name = resolve(address, capabilities, self.config.default_type)
+        check_name(kind, name, self.config.max_name_length, self.config.max_topic_levels)
+        return kind, name
+
+    def _refuse_past_max_destinations(self, kind, name):
+        # Clients may make queues, topics, temporary destinations and durable
+        # subscriptions; each stays (the last two until their owner goes). The ones
+        # restored or made by an administrator are not refused, but count.
+        limit = self.config.max_destinations
+        held = len(self._queues) + len(self._topics) + len(self._durable)
+        if 0 <= limit <= held:
+            raise ResourceLimitExceeded(
+                f"the broker holds {held} destinations and durable subscriptions, as many"
+                f" as it may (mqgate.system.max_destinations={limit}); {kind} {name!r}"
+                " was not created")
 
     def _create(self, kind, name, *, temporary=False):
         if kind == QUEUE:
             destination = self._queues[name] = Queue(name, self.clock, temporary=temporary,
-                                                     limits=self._limits)
+                                                     limits=self._limits,
+                                                     system=self._system)
         else:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
@@ -424,7 +494,7 @@ class Broker:
         # Anonymous producers: resolve message.to once per distinct address.
         destination = self._routes.get(to)
         if destination is None:
-            kind, name = resolve(to, (), self.config.default_type)
+            kind, name = self._resolve(to, ())
             destination = self._destination(kind, name)
             if len(self._routes) >= _ROUTE_CACHE_MAX:
                 self._routes.clear()
@@ -440,13 +510,16 @@ class Broker:
     def _subscription(self, pattern, selector):
         name = f"mqgate.sub.{next(self._subscription_ids)}"
         queue = Queue(name, self.clock, pattern=pattern, selector=selector,
-                      limits=self._limits)
+                      limits=self._limits, system=self._system)
         self._index.add(queue)
         return queue
 
-    def _durable_subscription(self, container_id, durable_name, pattern, selector):
+    def _durable_subscription(self, container_id, durable_name, pattern, selector,
+                              restoring=False):
         key = (container_id, durable_name)
         queue = self._durable.get(key)
+        if queue is None and not restoring:
+            self._refuse_past_max_destinations("durable subscription", durable_name)
         if queue is not None:
             if queue.consumers:
                 raise NotAllowed(f"subscription {durable_name!r} is in use")
@@ -456,7 +529,8 @@ class Broker:
             # selector, replaces the subscription, and its backlog with it.
             self._delete_subscription(queue)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
-                      durable_key=key, selector=selector, limits=self._limits)
+                      durable_key=key, selector=selector, limits=self._limits,
+                      system=self._system)
         persistence = self.persistence
         if persistence is not None:
             queue.store = persistence.durable_store(container_id, durable_name)
@@ -470,12 +544,31 @@ class Broker:
     def restore_durable(self, container_id, durable_name, pattern, selector):
         """Recreate a stored durable subscription (no consumer) and return its queue.
 
+        Neither the name limits nor C{mqgate.system.max_destinations} apply: what the
+        broker accepted before it keeps (see L{_warn_if_over_name_limits}).
+
         @raise SelectorError: its stored selector no longer compiles.
         """
+        self._warn_if_over_name_limits(container_id, durable_name, pattern)
         if not is_pattern(pattern):
-            self._destination(TOPIC, pattern)
+            self._destination(TOPIC, pattern, restoring=True)
         return self._durable_subscription(container_id, durable_name, pattern,
-                                          _compiled(selector))
+                                          _compiled(selector), restoring=True)
+
+    def _warn_if_over_name_limits(self, container_id, durable_name, pattern):
+        # A durable subscription stored by a broker with higher limits (or before there
+        # were any) is kept, with its backlog: dropping it would lose messages the
+        # broker accepted, and matching costs pattern x name levels at most, with names
+        # held to the limit, so even a pathological pattern cannot stall routing. Its
+        # owner cannot make it again once it is gone, which the log says.
+        try:
+            check_name(TOPIC, pattern, self.config.max_name_length,
+                       self.config.max_topic_levels)
+        except NameLimitExceeded as error:
+            self.log.warn(
+                "durable subscription {name!r} of {client!r} kept although {why}; it could"
+                " not be made again", name=durable_name, client=container_id,
+                why=error.description)
 
     def continue_seq(self, after):
         """Number messages from C{after + 1} on (recovery: above every stored id).

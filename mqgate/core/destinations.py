@@ -37,6 +37,10 @@ each time something leaves it, whether it is back under its low-water mark, and 
 wakes its waiting producers, synchronously. Bytes in flight are not counted: the core
 learns of a settlement only through C{in_flight} (L{mqgate.core.deliveries}), which
 carries no size; what is in flight is bounded by the consumers' credit anyway.
+
+The broker-wide limits (S2.2) are counted at the same points: every queue adds what it
+holds to the broker's L{SystemLimits} (messages waiting or in flight, bytes waiting),
+which the producer checks before routing (L{mqgate.core.broker.Producer.send}).
 """
 
 import functools
@@ -46,7 +50,7 @@ from collections import deque
 
 from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
-from mqgate.core.limits import UNLIMITED
+from mqgate.core.limits import UNLIMITED, SystemLimits
 from mqgate.core.message import MAX_PRIORITY
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import message_field
@@ -91,10 +95,10 @@ class Queue:
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
-                 "_in_flight", "store") + _QUEUE_COUNTERS
+                 "_in_flight", "store", "_system") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
-                 temporary=False, limits=UNLIMITED):
+                 temporary=False, limits=UNLIMITED, system=None):
         self.name = name
         self.pattern = pattern
         self.durable_key = durable_key
@@ -126,6 +130,8 @@ class Queue:
         self._bytes = 0          # bytes of the waiting messages (S2.3)
         self._waiters = {}       # producers blocked on this queue, in order
         self.store = None
+        # The broker's totals (S2.2); a queue made on its own counts only for itself.
+        self._system = SystemLimits() if system is None else system
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -150,7 +156,9 @@ class Queue:
 
     @in_flight.setter
     def in_flight(self, value):
-        # Consumer.settle lowers it: the one way a settlement reaches the queue.
+        # Consumer.settle lowers it: the one way a settlement reaches the queue. (A
+        # settlement that gives the message back raises the count again in requeue.)
+        self._system.count += value - self._in_flight
         self._in_flight = value
         if self.full:
             self._ease()
@@ -182,6 +190,9 @@ class Queue:
         """
         self.messages_in += 1
         self._bytes += message.size
+        system = self._system
+        system.count += 1
+        system.bytes += message.size
         limits = self.limits
         if (self._count + len(self._parked) + self._in_flight >= limits.full_count
                 or self._bytes >= limits.full_bytes):
@@ -279,6 +290,9 @@ class Queue:
             except ValueError:
                 pass
         self._in_flight -= len(pending)
+        if self._dropped_if_deleted(len(pending)):
+            self._system.count -= len(pending)
+            return
         self._push_front(pending)
         if self._parked:
             self._unpark(consumer)
@@ -286,13 +300,19 @@ class Queue:
 
     def requeue(self, delivery):
         """Put a settled-back delivery at the head of its priority level and dispatch."""
+        if self._dropped_if_deleted(1):
+            return
+        self._system.count += 1    # it left with its settlement; it is back
         self._push_front((delivery,))
         self.dispatch()
 
     def park(self, delivery, consumer):
         """Keep C{delivery} for any consumer except C{consumer} (undeliverable-here)."""
+        if self._dropped_if_deleted(1):
+            return
         delivery._avoid = consumer
-        self._bytes += delivery.message.size
+        self._system.count += 1
+        self._add_bytes(delivery.message.size)
         self._parked.append(delivery)
         self._park_gen += 1
         self.dispatch()
@@ -475,7 +495,11 @@ class Queue:
                 message = entry.message if type(entry) is Delivery else entry
                 self._hand(consumer, message, entry.delivery_count)
         if self.deleted:
-            self.dropped += len(returned) + len(returned_parked)
+            # Taken out of the deques before the deletion, so discard did not count
+            # them (their bytes it did: they were never handed over).
+            dropped = len(returned) + len(returned_parked)
+            self._dropped_if_deleted(dropped)
+            self._system.count -= dropped
             return False
         self._merge_back(returned)
         self._parked[:0] = returned_parked
@@ -546,7 +570,10 @@ class Queue:
         consumer.credit -= 1
         self.delivered += 1
         self._bytes -= message.size
+        system = self._system
+        system.bytes -= message.size
         if consumer.presettled:
+            system.count -= 1
             self.messages_out += 1
             if message.durable and self.store is not None:
                 self.store.remove(message)   # at-most-once: gone once handed over
@@ -561,7 +588,8 @@ class Queue:
 
     def _expire(self, message):
         self.expired += 1
-        self._bytes -= message.size
+        self._system.count -= 1
+        self._add_bytes(-message.size)
         if message.durable and self.store is not None:
             self.store.remove(message)
         if self.full:
@@ -601,6 +629,19 @@ class Queue:
         return (f"a subscription {self.name!r} of topic {self.pattern!r} is full:"
                 f" it holds {what}")
 
+    def _add_bytes(self, size):
+        # Bytes waiting changed off the hot path: the queue's and the broker's totals.
+        self._bytes += size
+        self._system.bytes += size
+
+    def _dropped_if_deleted(self, count):
+        # Deliveries coming back to a queue that was deleted meanwhile go nowhere: the
+        # deletion dropped what it held, these are dropped now (and no longer held).
+        if not self.deleted:
+            return False
+        self.dropped += count
+        return True
+
     # -- storage ----------------------------------------------------------------------
 
     def _lower_hi(self):
@@ -616,7 +657,7 @@ class Queue:
     def _push_front(self, deliveries):
         levels = self._levels
         for delivery in reversed(deliveries):
-            self._bytes += delivery.message.size
+            self._add_bytes(delivery.message.size)
             priority = delivery.message.priority
             levels[priority].appendleft(delivery)
             if priority > self._hi:
@@ -629,12 +670,16 @@ class Queue:
             self._parked = [d for d in self._parked if d._avoid is not consumer]
             for delivery in freed:
                 delivery._avoid = None
+                # Their bytes were counted when parked; _push_front counts them again.
+                self._add_bytes(-delivery.message.size)
             self._push_front(freed)
 
     def discard(self):
         """Mark the queue deleted and drop what it holds (counted as dropped)."""
         self.deleted = True
         self.dropped += self._count + len(self._parked)
+        self._system.count -= self._count + len(self._parked)
+        self._system.bytes -= self._bytes
         for level in self._levels:
             level.clear()
         self._parked = []

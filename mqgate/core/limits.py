@@ -1,6 +1,9 @@
 """
-Destination limits (S2.3): how much a queue may hold and what a full queue does to its
-producers. Pure values; the queue in L{mqgate.core.destinations} applies them.
+Limits on what the broker holds: per destination (S2.3: how much a queue may hold and
+what a full queue does to its producers) and broker-wide (S2.2). One L{Limits} value
+describes both; a queue in L{mqgate.core.destinations} counts its own messages against
+its limits and, at the same points, the broker's in its L{SystemLimits}, which the
+producer asks before it routes a message.
 """
 
 import sys
@@ -8,7 +11,7 @@ import sys
 from mqgate.errors import ProtocolError
 
 __all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "LIMIT_BEHAVIORS", "Limits", "UNLIMITED",
-           "ResourceLimitExceeded"]
+           "ResourceLimitExceeded", "SystemLimits"]
 
 #: What a full destination does to its producers (S2.3; FACTS 1.6 names the others).
 FLOW_CONTROL = "FLOW_CONTROL"
@@ -23,7 +26,9 @@ _UNLIMITED = sys.maxsize
 
 
 class ResourceLimitExceeded(ProtocolError):
-    """A REJECT_NEWEST destination is full: the message was not enqueued (S2.3)."""
+    """A limit refused something: a REJECT_NEWEST destination is full (S2.3), the broker
+    holds as much as it may (S2.2), or it may create no more destinations; nothing was
+    enqueued or created."""
 
     condition = "amqp:resource-limit-exceeded"
 
@@ -66,3 +71,53 @@ def _low_water(limit, behavior):
 
 
 UNLIMITED = Limits()
+
+
+class SystemLimits:
+    """The broker-wide limits (S2.2) and what the broker holds against them.
+
+    Every queue (plain, subscription, temporary) adds to C{count} and C{bytes} as it
+    adds to its own counts, so the totals cost two additions per message and checking
+    them is two comparisons. A message fanned out to several subscriptions is counted
+    once per subscription: each holds it, and the limit stays on the safe side.
+
+    @ivar limits: the L{Limits} (REJECT_NEWEST: a full broker refuses, it cannot block
+        one producer for another's messages).
+    @ivar max_message_size: C{mqgate.message.max_size}, -1 for none.
+    @ivar count: messages held, waiting or in flight.
+    @ivar bytes: bytes of the messages waiting (as C{maxTotalMsgBytes} counts them: what
+        is in flight is bounded by the consumers' credit).
+    """
+
+    __slots__ = ("limits", "max_message_size", "count", "bytes")
+
+    def __init__(self, max_count=-1, max_bytes=-1, max_message_size=-1):
+        self.limits = Limits(max_count, max_bytes, REJECT_NEWEST)
+        self.max_message_size = _UNLIMITED if max_message_size < 0 else max_message_size
+        self.count = 0
+        self.bytes = 0
+
+    def __repr__(self):
+        return f"<SystemLimits count={self.count} bytes={self.bytes} {self.limits!r}>"
+
+    def admit(self, size):
+        """Refuse a message of C{size} bytes when it is too large or the broker holds
+        as much as it may (S2.2); it takes messages again once it has drained below.
+
+        @raise ResourceLimitExceeded: with a description naming the setting.
+        """
+        if size > self.max_message_size:
+            raise ResourceLimitExceeded(
+                f"a message of {size} bytes is larger than the broker accepts"
+                f" ({self.max_message_size} bytes, mqgate.message.max_size)")
+        limits = self.limits
+        if self.count > limits.full_count:
+            raise ResourceLimitExceeded(
+                f"the broker holds {self.count} messages, as many as it may"
+                f" (mqgate.system.max_count={limits.max_count}); the message was not"
+                " accepted, try again once consumers have taken some")
+        if self.bytes >= limits.full_bytes:
+            raise ResourceLimitExceeded(
+                f"the broker holds {self.bytes} bytes of messages, as much as it may"
+                f" (mqgate.system.max_size={limits.max_bytes}); the message was not"
+                " accepted, try again once consumers have taken some")
