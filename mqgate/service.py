@@ -193,7 +193,13 @@ def build_broker(settings, reactor):
         default_type=settings["mqgate.destination.default_type"],
         max_num_msgs=settings["mqgate.autocreate.destination.maxNumMsgs"],
         max_total_msg_bytes=settings["mqgate.autocreate.destination.maxTotalMsgBytes"],
-        limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"]),
+        limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"],
+        max_count=settings["mqgate.system.max_count"],
+        max_size=settings["mqgate.system.max_size"],
+        max_message_size=settings["mqgate.message.max_size"],
+        max_destinations=settings["mqgate.system.max_destinations"],
+        max_name_length=settings["mqgate.destination.max_name_length"],
+        max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
     authenticator = _authenticator(settings, reactor)
     flusher = Flusher(reactor)

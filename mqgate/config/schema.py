@@ -33,7 +33,7 @@ import attrs
 from mqgate.config.properties import escape_value
 
 __all__ = [
-    "Bool", "Int", "Seconds", "Size", "Choice", "Text", "TextList", "Key",
+    "Bool", "Int", "Seconds", "Size", "SizeLimit", "Choice", "Text", "TextList", "Key",
     "KEYS", "SCHEMA", "SERVICES", "SERVICE_PORT_KEYS", "SHIPPED_OVERRIDES",
     "INSTANCE_NAME", "CANONICAL_PREFIX", "ALIAS_PREFIX", "FAMILIES",
     "canonical_key", "render_properties", "REGENERATE",
@@ -172,6 +172,20 @@ class Size:
             if value and value % unit == 0:
                 return f"{value // unit}{suffix}"
         return str(value)
+
+
+@attrs.frozen
+class SizeLimit(Size):
+    """A L{Size}, or -1 for no limit (OpenMQ writes its unlimited sizes so)."""
+
+    @property
+    def allowed(self):
+        """The phrase naming the accepted form."""
+        return "-1 (no limit) or " + super().allowed
+
+    def parse(self, text):
+        """Return -1 or the number of bytes written as text; ValueError otherwise."""
+        return -1 if text == "-1" else super().parse(text)
 
 
 @attrs.frozen
@@ -400,6 +414,25 @@ KEYS = (
         "What a bare address name (no queue:// or topic://) means (S2.1)."),
     Key("mqgate.message.max_size", Size(), "70m",
         "Largest single message accepted, in bytes (S2.2)."),
+    # -- broker-wide limits and names (S2.1, S2.2, S2.5; issue 10) ----------------------
+    Key("mqgate.system.max_count", Int(-1), "-1",
+        "Messages the broker holds (waiting or unacknowledged, once per queue or "
+        "subscription holding them); past it, new messages are refused with "
+        "amqp:resource-limit-exceeded until consumers take some; -1 means no limit "
+        "(S2.2)."),
+    Key("mqgate.system.max_size", SizeLimit(), "-1",
+        "Bytes of waiting messages the broker holds (counted like max_count); past it, "
+        "new messages are refused until consumers take some; -1 means no limit (S2.2)."),
+    Key("mqgate.system.max_destinations", Int(-1), "100000",
+        "Queues, topics, temporary destinations and durable subscriptions the broker "
+        "holds; past it, creating one on a client's request is refused with "
+        "amqp:resource-limit-exceeded; -1 means no limit (S2.5)."),
+    Key("mqgate.destination.max_name_length", Int(1, 1000000), "255",
+        "Longest destination name or topic pattern, in characters; a longer one is "
+        "refused on attach, subscribe or send (S2.1)."),
+    Key("mqgate.topic.max_levels", Int(1, 10000), "32",
+        "Most levels (dot-separated parts) of a topic name or subscription pattern; a "
+        "deeper one is refused on attach, subscribe or send (S2.1)."),
     Key("mqgate.amqp.max_frame_size", Int(512, 4294967295), "1048576",
         "Largest AMQP frame the broker accepts, offered in its open frame."),
     Key("mqgate.amqp.idle_timeout", Seconds(0, 86400), "60",
