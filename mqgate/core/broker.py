@@ -128,6 +128,8 @@ class Producer:
         self.address = address
         self.closed = False
         self._system = system
+        if destination is not None:
+            destination.producers += 1
         self._dest = destination
         self._route = route
         self._next_seq = next_seq
@@ -183,6 +185,18 @@ class Producer:
         return stored
 
     @property
+    def room(self):
+        """Messages the destination takes before its FLOW_CONTROL limit holds this
+        producer back, shared among the producers attached to it: what the glue may
+        grant as credit without carrying it far past the limit (S2.7). C{None} when
+        nothing holds it back (no such limit, or an anonymous producer)."""
+        destination = self._dest
+        if destination is None:
+            return None
+        room = destination.room()
+        return None if room is None else room // destination.producers
+
+    @property
     def blocked(self):
         """C{True} while a FLOW_CONTROL destination this producer filled is still over
         its low-water mark (S2.7): the glue should let it send nothing more."""
@@ -231,6 +245,8 @@ class Producer:
         """Detach; further sends raise, and pending L{when_unblocked} callbacks are
         dropped."""
         self.closed = True
+        if self._dest is not None:
+            self._dest.producers -= 1
         self._dest = None
         for queue in self._blockers or ():
             queue.remove_waiter(self)

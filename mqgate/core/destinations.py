@@ -50,7 +50,7 @@ from collections import deque
 
 from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
-from mqgate.core.limits import UNLIMITED, SystemLimits
+from mqgate.core.limits import FLOW_CONTROL, UNLIMITED, SystemLimits
 from mqgate.core.message import MAX_PRIORITY
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import message_field
@@ -95,7 +95,7 @@ class Queue:
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
-                 "_in_flight", "store", "_system") + _QUEUE_COUNTERS
+                 "_in_flight", "store", "_system", "producers") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None):
@@ -132,6 +132,7 @@ class Queue:
         self.store = None
         # The broker's totals (S2.2); a queue made on its own counts only for itself.
         self._system = SystemLimits() if system is None else system
+        self.producers = 0       # attached to it by name (the broker counts them)
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -617,6 +618,19 @@ class Queue:
         """Forget C{producer} (it closed)."""
         self._waiters.pop(producer, None)
 
+    def room(self):
+        """How many more messages this queue takes before it is full, or C{None} when
+        it never holds its producers back (no FLOW_CONTROL limit): the glue grants
+        producer credit from it (S2.7). Bytes count by the mean size of what waits."""
+        limits = self.limits
+        if limits.behavior != FLOW_CONTROL:
+            return None
+        room = limits.full_count + 1 - self.held
+        waiting = self._count + len(self._parked)
+        if waiting and self._bytes > 0 and limits.max_bytes >= 0:
+            room = min(room, (limits.full_bytes - self._bytes) * waiting // self._bytes)
+        return room if room > 0 else 0
+
     def limit_reached(self):
         """A sentence naming this queue and the limit it has reached (for errors)."""
         limits = self.limits
@@ -753,7 +767,7 @@ class Topic:
     """
 
     __slots__ = ("name", "temporary", "deleted", "messages_in", "messages_out",
-                 "dropped", "full", "_index", "_gen", "_subs", "_selective")
+                 "dropped", "full", "_index", "_gen", "_subs", "_selective", "producers")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -767,6 +781,7 @@ class Topic:
         self._gen = -1
         self._subs = ()
         self._selective = False
+        self.producers = 0
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"
@@ -811,6 +826,13 @@ class Topic:
                 full = queue
         self.full = full
         return stored
+
+    def room(self):
+        """The least L{Queue.room} of the subscriptions this topic feeds (S2.7), or
+        C{None} when none of them holds its producers back."""
+        rooms = [room for room in (q.room() for q in self.subscriptions)
+                 if room is not None]
+        return min(rooms) if rooms else None
 
     def stats(self):
         """A snapshot of the counters as a dict."""
