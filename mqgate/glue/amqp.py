@@ -10,8 +10,11 @@ What the glue decides:
   sending link a producer (S2.1, S2.5); refusals follow Part 2 figure 2.33;
 - credit: a producer gets C{producer_credit} and is topped up at half, unless the core
   says it is blocked by a full destination (S2.3, S2.7): then the top-up waits until the
-  destination drains (L{mqgate.core.broker.Producer.when_unblocked}); a consumer's AMQP
-  credit is its core credit;
+  destination drains (L{mqgate.core.broker.Producer.when_unblocked}). Near a
+  FLOW_CONTROL limit a producer's top-ups are only half its share of the room left
+  (L{mqgate.core.broker.Producer.room}), so that its credit cannot carry the
+  destination past its limit (credit is only ever raised: a peer may have sent all it
+  had); a consumer's AMQP credit is its core credit;
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
   (ARCHITECTURE rule 3).
@@ -118,12 +121,15 @@ class AmqpBrokerSession(BrokerSession):
         self.container_id = None
         self._links = set()   # links with a producer or consumer to clean up
         self._withheld = set()   # producer links waiting for a full destination (S2.7)
+        self._credit_due = set()   # producer links that received messages (S2.7)
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
         try:
             for event in events:
                 _DISPATCH[type(event)](self, event)
+            if self._credit_due:
+                self._grant_due_credit()
         except Exception:
             # A bug of ours must not take the broker down or leave the peer guessing
             # (S10.4): log it, and close this connection with a condition that says so.
@@ -299,7 +305,7 @@ class AmqpBrokerSession(BrokerSession):
         link.attach(source=link.remote.source, target=target,
                     snd_settle_mode=link.remote.snd_settle_mode,
                     max_message_size=self.config.max_message_size)
-        link.flow(self.config.producer_credit)
+        link.flow(self._credit_for(producer))
 
     def _link_detached(self, event):
         link = event.link
@@ -362,15 +368,48 @@ class AmqpBrokerSession(BrokerSession):
                 self._settle_when_stored(link, event.delivery_id, event.settled, stored)
             elif not event.settled:
                 link.settle(event.delivery_id, _ACCEPTED)
-        if link.credit <= self.config.producer_credit // 2 and \
-                link.state is LinkState.ATTACHED and link not in self._withheld:
-            if producer.blocked:
-                # S2.7: a full destination withholds the producer's credit; what it
-                # has left bounds how far it overshoots the limit.
-                self._withheld.add(link)
-                producer.when_unblocked(functools.partial(self._restore_credit, link))
-            else:
-                link.flow(self.config.producer_credit)
+        self._credit_due.add(link)
+
+    def _grant_due_credit(self):
+        # After the whole batch of events: the engine counted every transfer of the
+        # batch against the credit already, so granting from the room left is only
+        # right once the core has routed them all too (S2.7).
+        due, self._credit_due = self._credit_due, set()
+        for link in due:
+            producer = link.context
+            if producer is not None and link.state is LinkState.ATTACHED and \
+                    link not in self._withheld:
+                self._adjust_credit(link, producer)
+
+    def _adjust_credit(self, link, producer):
+        """After a message: withhold or top up the producer's credit (S2.7)."""
+        if link.credit > self.config.producer_credit // 2:
+            return   # no top-up can be due: the cheap test of every message
+        if producer.blocked:
+            # A full destination withholds the producer's credit; what it has left
+            # (little near the limit: see _credit_for) bounds the overshoot.
+            self._withheld.add(link)
+            producer.when_unblocked(functools.partial(self._restore_credit, link))
+            return
+        grant = self._credit_for(producer)
+        if link.credit <= grant // 2:
+            link.flow(grant)
+
+    def _credit_for(self, producer):
+        """The credit to grant: C{producer_credit}, or near a FLOW_CONTROL limit half
+        the producer's share of the room left, at least one (S2.7).
+
+        Credit counts from the deliveries the broker has seen (Part 2 section 2.6.7),
+        so a grant of half the room lets a producer reach at most half way to the limit
+        from where it was, whatever it has on the wire: a lone producer overshoots by
+        at most the one message that fills the queue. Credit is never lowered below
+        what the peer holds: it may have sent it all already.
+        """
+        credit = self.config.producer_credit
+        room = getattr(producer, "room", None)   # the admin producer has no limits
+        if room is None or room >= 2 * credit:
+            return credit
+        return max(1, room // 2)
 
     def _settle_when_stored(self, link, delivery_id, presettled, stored):
         """Settle a producer's delivery with the outcome of its storage: Accepted, or
@@ -394,7 +433,7 @@ class AmqpBrokerSession(BrokerSession):
         connection is being served): top the producer's credit up again."""
         self._withheld.discard(link)
         if link.context is not None and link.state is LinkState.ATTACHED:
-            link.flow(self.config.producer_credit)
+            link.flow(max(link.credit, self._credit_for(link.context)))
             self.request_flush()
 
     def _deliveries_settled(self, event):
@@ -448,6 +487,10 @@ class _RelayGuard:
     @property
     def blocked(self):
         return self._core.blocked
+
+    @property
+    def room(self):
+        return self._core.room
 
     def when_unblocked(self, callback):
         self._core.when_unblocked(callback)
