@@ -198,3 +198,48 @@ def test_admin_creation_and_recovery_not_refused():
     broker.restore_durable("c", "d", "b", None)
     with pytest.raises(ResourceLimitExceeded):
         broker.open_producer("queue://new")
+
+
+# -- the room a producer may be granted (S2.7) -------------------------------------------
+
+
+def test_room_of_a_queue_counts_messages_and_bytes():
+    """S2.7: a FLOW_CONTROL queue's room is what it takes before it is full: by count,
+    and by bytes at the mean size of what waits; a full queue has none."""
+    broker, _ = make_broker(max_num_msgs=10, max_total_msg_bytes=1000)
+    producer = broker.open_producer("queue://q")
+    assert producer.room == 10
+    sent(producer, b"x" * 100), sent(producer, b"x" * 100)
+    assert producer.room == 8                        # 800 bytes left: 8 of 100
+    sent(producer, b"x" * 400)
+    assert producer.room == 2                        # 400 bytes left, 200 a message
+    sent(producer, b"x" * 400)
+    assert producer.room == 0 and producer.blocked
+
+
+def test_room_is_shared_among_producers():
+    """S2.7: two producers attached to one queue each get half of its room; an
+    anonymous producer and one facing REJECT_NEWEST are held back by no room."""
+    broker, _ = make_broker(max_num_msgs=10)
+    first = broker.open_producer("queue://q")
+    second = broker.open_producer("queue://q")
+    assert first.room == second.room == 5
+    second.close()
+    assert first.room == 10
+    assert broker.open_producer(None).room is None
+    rejecting, _ = make_broker(max_num_msgs=10, limit_behavior="REJECT_NEWEST")
+    assert rejecting.open_producer("queue://q").room is None
+
+
+def test_room_of_a_topic_is_its_fullest_subscription():
+    """S2.7: a topic's room is the least of its subscriptions'; with none it has no
+    limit to respect."""
+    broker, _ = make_broker(max_num_msgs=10)
+    producer = broker.open_producer("topic://t")
+    assert producer.room is None
+    consume(broker, "topic://t")
+    sent(producer)
+    consume(broker, "topic://#")
+    assert producer.room == 9
+    sent(producer)
+    assert producer.room == 8
