@@ -348,7 +348,9 @@ class Broker:
             self._refuse_past_max_destinations(kind, name)
             temporary = self._create(kind, name, temporary=True)
         else:
-            kind, name = self._resolve(address, capabilities)
+            kind, name = resolve(address, capabilities, self.config.default_type)
+            if not self._resumes_durable(container_id, durable_name, kind, name):
+                self._check_name(kind, name)
         if kind == QUEUE:
             queue = temporary or self._destination(QUEUE, name)
         else:
@@ -476,8 +478,19 @@ class Broker:
         # resolve, and refuse names that are too long or too deep before anything is
         # made or matched with them.
         kind, name = resolve(address, capabilities, self.config.default_type)
-        check_name(kind, name, self.config.max_name_length, self.config.max_topic_levels)
+        self._check_name(kind, name)
         return kind, name
+
+    def _check_name(self, kind, name):
+        check_name(kind, name, self.config.max_name_length, self.config.max_topic_levels)
+
+    def _resumes_durable(self, container_id, durable_name, kind, pattern):
+        # Reattaching to a durable subscription as it is makes nothing new: its owner
+        # may do so even if its pattern is past limits lowered since it was made.
+        if durable_name is None or kind != TOPIC:
+            return False
+        queue = self._durable.get((container_id, durable_name))
+        return queue is not None and queue.pattern == pattern
 
     def _refuse_past_max_destinations(self, kind, name):
         # Clients may make queues, topics, temporary destinations and durable
@@ -576,7 +589,8 @@ class Broker:
         # were any) is kept, with its backlog: dropping it would lose messages the
         # broker accepted, and matching costs pattern x name levels at most, with names
         # held to the limit, so even a pathological pattern cannot stall routing. Its
-        # owner cannot make it again once it is gone, which the log says.
+        # owner may reattach to it, but cannot make it again once it is gone, which
+        # the log says.
         try:
             check_name(TOPIC, pattern, self.config.max_name_length,
                        self.config.max_topic_levels)

@@ -147,3 +147,18 @@ def test_many_subscriptions_each_matched_in_bounded_time():
     producer = broker.open_producer("topic://" + ".".join(["a"] * 32))
     _, elapsed = _elapsed(producer.send, BrokerMessage(b"x"))
     assert elapsed < 1.0
+
+
+def test_owner_reattaches_to_an_over_limit_durable():
+    """A restored durable subscription past the level limit can still be resumed by
+    its owner (it gets its backlog), though nobody can make a new one like it."""
+    broker, _ = make_broker(max_topic_levels=4)
+    pattern = "#.a.#.a.b"
+    queue = broker.restore_durable("client", "sub", pattern, None)
+    broker.open_producer("topic://a.a.b").send(BrokerMessage(b"1"))
+    consumer, target = consume(broker, "topic://" + pattern, credit=5,
+                               durable_name="sub", container_id="client")
+    assert consumer.queue is queue and target.payloads == [b"1"]
+    consumer.close()
+    with pytest.raises(NameLimitExceeded):
+        consume(broker, "topic://" + pattern, durable_name="sub", container_id="other")
