@@ -30,8 +30,8 @@ from mqgate.errors import ConfigError, LocalProtocolError
 __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
     "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "FLOW_CONTROL", "Limits",
-    "NameLimitExceeded", "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST", "ResourceLimitExceeded",
-    "SelectorError",
+    "NameLimitExceeded", "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST",
+    "ResourceLimitExceeded", "SelectorError",
 ]
 
 # Anonymous producers resolve message.to through a cache; bounded so that a client
