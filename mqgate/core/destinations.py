@@ -60,6 +60,9 @@ _LEVELS = MAX_PRIORITY + 1
 # The value of Queue._dispatching during a selective run (True: a plain run).
 _SELECTIVE_RUN = "selective"
 
+# Subscription changes the index remembers for topics catching up (SubscriptionIndex).
+_CHANGES_KEPT = 64
+
 
 
 _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejected",
@@ -723,15 +726,21 @@ def _arrival(entry):
 class SubscriptionIndex:
     """Every topic subscription queue, with a generation number bumped on each change.
 
-    Topics cache the tuple of subscriptions matching their name and recompute it
-    lazily when the generation moved, so publishing never matches patterns.
+    Topics cache the tuple of subscriptions matching their name and bring it up to date
+    lazily when the generation moved, so publishing never matches patterns. A topic
+    that fell only a few changes behind matches just the subscriptions those changes
+    added (L{changes_since}): a client making and dropping subscriptions over and over
+    then costs each publish a match or two, not one per subscription (issue 10).
     """
 
-    __slots__ = ("gen", "_queues")
+    __slots__ = ("gen", "_queues", "_log")
 
     def __init__(self):
         self.gen = 0
         self._queues = {}
+        # The last changes, as (generation reached, queue, added); bounded, so an old
+        # reader starts over with matching().
+        self._log = deque(maxlen=_CHANGES_KEPT)
 
     def __len__(self):
         return len(self._queues)
@@ -743,11 +752,23 @@ class SubscriptionIndex:
         """Register a subscription queue."""
         self._queues[queue] = None
         self.gen += 1
+        self._log.append((self.gen, queue, True))
 
     def remove(self, queue):
         """Forget a subscription queue."""
         if self._queues.pop(queue, False) is None:
             self.gen += 1
+            self._log.append((self.gen, queue, False))
+
+    def changes_since(self, gen):
+        """The C{(queue, added)} changes after generation C{gen}, oldest first, or
+        C{None} when they are no longer all known."""
+        log = self._log
+        behind = self.gen - gen
+        if behind > len(log):
+            return None
+        return [(queue, added) for _, queue, added in itertools.islice(
+            log, len(log) - behind, None)]
 
     def matching(self, name):
         """The subscription queues whose pattern matches the topic C{name}, in the
@@ -794,9 +815,27 @@ class Topic:
         return self._subs
 
     def _refresh(self):
-        self._subs = self._index.matching(self.name)
-        self._gen = self._index.gen
+        index = self._index
+        changes = index.changes_since(self._gen) if self._gen >= 0 else None
+        if changes is None:
+            self._subs = index.matching(self.name)
+        else:
+            self._subs = self._changed(changes)
+        self._gen = index.gen
         self._selective = any(q.selector is not None for q in self._subs)
+
+    def _changed(self, changes):
+        # The cached subscriptions with a few changes applied: a new queue is the
+        # newest, so appending keeps creation order.
+        subs = list(self._subs)
+        name = self.name
+        for queue, added in changes:
+            if added:
+                if topic_matches(queue.pattern, name):
+                    subs.append(queue)
+            elif queue in subs:
+                subs.remove(queue)
+        return tuple(subs)
 
     def publish(self, message):
         """Enqueue C{message} (the same object) on every matching subscription whose
