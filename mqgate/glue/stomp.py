@@ -15,8 +15,10 @@ What STOMP means in broker terms:
 - every frame that asks for a receipt gets one after its effect is done;
 - a SEND that leaves its producer blocked by a full destination (S2.3, S2.7) stops the
   reading of this client's socket until every blocked producer of the connection may go
-  on: STOMP has no credit, so TCP is the back-pressure. Frames already read are still
-  processed, and their receipts sent.
+  on: STOMP has no credit, so TCP is the back-pressure. Frames already read after that
+  SEND wait too, in order (all but ACK and NACK, which only drain destinations), so a
+  burst read at once cannot carry the destination past its limit by more than the SEND
+  that filled it.
 """
 
 import collections
@@ -151,6 +153,7 @@ class StompBrokerSession(BrokerSession):
         self.transactions = {}   # transaction name -> [(kind, event)]
         self._producers = {}
         self._blocked = set()    # producers waiting for a full destination (S2.7)
+        self._held = None        # events read while one was blocked, or None (S2.7)
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
 
@@ -162,6 +165,8 @@ class StompBrokerSession(BrokerSession):
         for event in events:
             if self.engine.finished:
                 return
+            if self._held is not None and self._hold(event):
+                continue
             try:
                 _DISPATCH[type(event)](self, event)
             except ProtocolError as error:
@@ -213,6 +218,7 @@ class StompBrokerSession(BrokerSession):
             producer.close()
         self._producers = {}
         self._blocked.clear()
+        self._held = None        # never acted on, never receipted
         self.acks = {}
 
     def disconnect(self, reason):
@@ -259,18 +265,38 @@ class StompBrokerSession(BrokerSession):
         if producer.blocked and producer not in self._blocked:
             if not self._blocked:
                 self.pause_reading()
+                if self._held is None:
+                    self._held = []
             self._blocked.add(producer)
             producer.when_unblocked(functools.partial(self._unblocked, producer))
         return stored
 
+    def _hold(self, event):
+        """Keep C{event} for when no producer of this connection is blocked; C{False}
+        for the acknowledgements, which go on (they are what drains destinations)."""
+        if type(event) in (Ack, Nack):
+            return False
+        self._held.append(event)
+        return True
+
     def _unblocked(self, producer):
         """A destination drained (called from the core): read again once no producer
-        of this connection is blocked."""
+        of this connection is blocked, and act on what was held, in the next turn
+        (not inside the core call that drained the destination)."""
         if producer not in self._blocked:
             return
         self._blocked.discard(producer)
         if not self._blocked and not self.engine.finished:
             self.resume_reading()
+            self.clock.callLater(0, self._release_held)
+
+    def _release_held(self):
+        if self._blocked or self._held is None:
+            return   # blocked again meanwhile: the next unblocking releases them
+        held, self._held = self._held, None
+        if held and not self.engine.finished:
+            self.handle(held)   # a SEND blocking again holds what follows it again
+            self.request_flush()
 
     def _producer(self, destination):
         producer = self._producers.get(destination)

@@ -1,6 +1,7 @@
-"""Producer credit near a FLOW_CONTROL limit (S2.3, S2.7, issue 10): a producer that
+"""Producers near a FLOW_CONTROL limit (S2.3, S2.7, issue 10): an AMQP producer that
 sends all the credit it holds before reading anything, as a fast client does, carries
-its queue past the limit by at most a message or so, not by its whole credit.
+its queue past the limit by at most a message or so, not by its whole credit; a burst
+of STOMP SENDs read at once stops at the one that fills the queue.
 
 Engines in memory, as in L{tests.net.test_flow_control}: the real AMQP factory on a
 StringTransport with a Clock, a client engine as the peer.
@@ -10,7 +11,7 @@ from mqgate.amqp.message import encode_message
 from mqgate.amqp.performatives import SENDER
 from mqgate.core.broker import REJECT_NEWEST
 from tests.net.test_amqp_adapter import attach
-from tests.net.test_flow_control import CREDIT, LimitedHarness
+from tests.net.test_flow_control import CREDIT, LimitedHarness, StompPeer, stomp_frame
 
 LIMIT = 50
 
@@ -67,3 +68,53 @@ def test_full_credit_far_from_the_limit(tmp_path):
         sender = attach(peer, SENDER, "q")
         flood(peer, [sender], rounds=5)
         assert sender.credit == CREDIT
+
+
+# -- STOMP: frames read in one burst (S2.7) ----------------------------------------------
+
+
+def test_stomp_burst_stops_at_the_send_that_fills_the_queue(tmp_path):
+    """Thirty SENDs read at once into a queue of ten: the tenth fills it, the other
+    twenty wait (no receipt yet), and go on in order once the queue has drained."""
+    peer = StompPeer(tmp_path, max_num_msgs=10)
+    peer.send(29, receipt="r-last")
+    queue = peer.broker.queue("q")
+    assert queue.held == 10 and peer.paused
+    assert b"r-last" not in peer.transport.value()
+    target = _Taking()
+    peer.broker.open_consumer("queue://q", target, presettled=True).set_credit(100)
+    assert not peer.paused
+    peer.clock.advance(0)    # the held frames are acted on in the next turn
+    assert b"receipt-id:r-last" in peer.transport.value()
+    assert len(target.taken) == 30 and queue.held == 0
+
+
+def test_stomp_acks_are_not_held(tmp_path):
+    """A client filling a queue it also consumes from with client acks, in one burst:
+    the ACKs read after the SEND that filled the queue still go on, drain it, and let
+    the SEND after them through."""
+    peer = StompPeer(tmp_path, max_num_msgs=10)
+    peer.protocol.dataReceived(stomp_frame("SUBSCRIBE", destination="/queue/q", id="s",
+                                           ack="client-individual"))
+    peer.send(8)
+    acks = [line.split(b":", 1)[1].decode()
+            for line in peer.transport.value().split(b"\n") if line.startswith(b"ack:")]
+    assert len(acks) == 8 and not peer.paused
+    burst = stomp_frame("SEND", b"9", destination="/queue/q")
+    burst += stomp_frame("SEND", b"10", destination="/queue/q")
+    burst += b"".join(stomp_frame("ACK", id=ack) for ack in acks)
+    burst += stomp_frame("SEND", b"after", destination="/queue/q", receipt="r-after")
+    peer.protocol.dataReceived(burst)
+    assert peer.broker.queue("q").held == 2 and not peer.paused
+    peer.clock.advance(0)
+    assert b"receipt-id:r-after" in peer.transport.value()
+
+
+class _Taking:
+    """A consumer target keeping what it is given."""
+
+    def __init__(self):
+        self.taken = []
+
+    def deliver(self, delivery):
+        self.taken.append(delivery)
