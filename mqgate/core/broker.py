@@ -293,6 +293,7 @@ class Broker:
         self._retired = dict.fromkeys(_TOTALS, 0)
         self._limits = config.limits
         self._system = config.system_limits
+        self._destinations_refused = False
 
     # -- attach -----------------------------------------------------------------------
 
@@ -499,10 +500,17 @@ class Broker:
         limit = self.config.max_destinations
         held = len(self._queues) + len(self._topics) + len(self._durable)
         if 0 <= limit <= held:
+            if not self._destinations_refused:
+                self._destinations_refused = True   # logged once until one is made
+                self.log.warn(
+                    "the broker holds {held} destinations and durable subscriptions as"
+                    " mqgate.system.max_destinations={limit} allows: clients may create no"
+                    " more; raise the setting if they should", held=held, limit=limit)
             raise ResourceLimitExceeded(
                 f"the broker holds {held} destinations and durable subscriptions, as many"
                 f" as it may (mqgate.system.max_destinations={limit}); {kind} {name!r}"
                 " was not created")
+        self._destinations_refused = False
 
     def _create(self, kind, name, *, temporary=False):
         if kind == QUEUE:

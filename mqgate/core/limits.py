@@ -8,6 +8,8 @@ producer asks before it routes a message.
 
 import sys
 
+from twisted.logger import Logger
+
 from mqgate.errors import ProtocolError
 
 __all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "LIMIT_BEHAVIORS", "Limits", "UNLIMITED",
@@ -87,15 +89,21 @@ class SystemLimits:
     @ivar count: messages held, waiting or in flight.
     @ivar bytes: bytes of the messages waiting (as C{maxTotalMsgBytes} counts them: what
         is in flight is bounded by the consumers' credit).
+    @ivar refusing: the setting that made the last message refused, until one is
+        accepted again (the log says when each period starts and ends, not each
+        refusal).
     """
 
-    __slots__ = ("limits", "max_message_size", "count", "bytes")
+    __slots__ = ("limits", "max_message_size", "count", "bytes", "refusing")
+
+    log = Logger(namespace="mqgate.limits")
 
     def __init__(self, max_count=-1, max_bytes=-1, max_message_size=-1):
         self.limits = Limits(max_count, max_bytes, REJECT_NEWEST)
         self.max_message_size = _UNLIMITED if max_message_size < 0 else max_message_size
         self.count = 0
         self.bytes = 0
+        self.refusing = None
 
     def __repr__(self):
         return f"<SystemLimits count={self.count} bytes={self.bytes} {self.limits!r}>"
@@ -112,12 +120,23 @@ class SystemLimits:
                 f" ({self.max_message_size} bytes, mqgate.message.max_size)")
         limits = self.limits
         if self.count > limits.full_count:
-            raise ResourceLimitExceeded(
-                f"the broker holds {self.count} messages, as many as it may"
-                f" (mqgate.system.max_count={limits.max_count}); the message was not"
-                " accepted, try again once consumers have taken some")
+            self._refuse("mqgate.system.max_count", limits.max_count,
+                         f"{self.count} messages")
         if self.bytes >= limits.full_bytes:
-            raise ResourceLimitExceeded(
-                f"the broker holds {self.bytes} bytes of messages, as much as it may"
-                f" (mqgate.system.max_size={limits.max_bytes}); the message was not"
-                " accepted, try again once consumers have taken some")
+            self._refuse("mqgate.system.max_size", limits.max_bytes,
+                         f"{self.bytes} bytes of messages")
+        if self.refusing is not None:
+            self.log.info("the broker accepts messages again (under {setting})",
+                          setting=self.refusing)
+            self.refusing = None
+
+    def _refuse(self, setting, limit, held):
+        if self.refusing != setting:
+            self.refusing = setting
+            self.log.warn("the broker holds {held} as {setting}={limit} allows: new "
+                          "messages are refused until consumers take some; raise "
+                          "{setting} if the broker should hold more",
+                          held=held, setting=setting, limit=limit)
+        raise ResourceLimitExceeded(
+            f"the broker holds {held}, all that {setting}={limit} allows; the message"
+            " was not accepted, try again once consumers have taken some")

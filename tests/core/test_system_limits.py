@@ -243,3 +243,30 @@ def test_room_of_a_topic_is_its_fullest_subscription():
     assert producer.room == 9
     sent(producer)
     assert producer.room == 8
+
+
+def test_limits_logged_when_refusing_starts_and_ends():
+    """Operators learn from one log line, naming the setting, that the broker started
+    refusing messages, and from another that it accepts them again; not one line per
+    refused message."""
+    from twisted.logger import globalLogPublisher
+    lines = []
+    observer = lines.append
+    globalLogPublisher.addObserver(observer)
+    try:
+        broker, _ = make_broker(max_count=1, max_destinations=1)
+        producer = broker.open_producer("queue://q")
+        sent(producer)
+        for _ in range(3):
+            refused(producer)
+        for _ in range(2):
+            with pytest.raises(ResourceLimitExceeded):
+                broker.open_producer("queue://other")
+        consume(broker, "queue://q", credit=1, presettled=True)
+        sent(producer)
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    texts = [e["log_format"].format(**e) for e in lines if "log_format" in e]
+    assert len([t for t in texts if "mqgate.system.max_count=1 allows" in t]) == 1
+    assert len([t for t in texts if "accepts messages again" in t]) == 1
+    assert len([t for t in texts if "mqgate.system.max_destinations=1" in t]) == 1
