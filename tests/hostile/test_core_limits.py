@@ -8,7 +8,7 @@
   nothing accepted is lost, and sending works again once a consumer has drained;
 - C{mqgate.system.max_destinations} (S2.5): auto-creation past it is refused;
 - a producer flooding a FLOW_CONTROL queue with the default credit passes its limit by
-  at most one message (S2.7).
+  at most one message, over AMQP or with a burst of STOMP frames (S2.7).
 
 Clients: Proton (tests/e2e/proton_client.py) and stomp.py (tests/e2e/stomp_client.py);
 the probe of tests/hostile/probe.py round-trips on its own connection meanwhile.
@@ -21,7 +21,7 @@ from proton.utils import LinkDetached
 
 from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import drain, opened, run_container
-from tests.e2e.stomp_client import clients, unique
+from tests.e2e.stomp_client import RawStomp, clients, unique
 from tests.e2e.test_flow_control import StalledProducer
 from tests.hostile.probe import wait_until
 
@@ -241,3 +241,47 @@ def test_flooding_producer_passes_a_flow_control_limit_by_at_most_one(broker_fac
     assert scenario.errors == []
     assert 100 <= scenario.sent_when_stalled <= 101, scenario.sent_when_stalled
     assert scenario.bodies == list(range(1000))
+
+
+def test_stomp_burst_stops_at_the_flow_control_limit(broker_factory):
+    """S2.7: 2,000 small SENDs written at once (about 100 KB, a read or two) into a
+    queue limited to 100: the queue holds 100, not the whole first read; once a
+    consumer settles them the rest go on, and all 2,001 arrive once, in order."""
+    broker = broker_factory({"mqgate.autocreate.destination.maxNumMsgs": "100"})
+    raw = RawStomp(broker.address("stomp"))
+    try:
+        assert raw.connect().command == "CONNECTED"
+        frames = [b"SEND\ndestination:/queue/burst\n\n%d\x00" % n for n in range(2000)]
+        frames.append(b"SEND\ndestination:/queue/burst\nreceipt:r-last\n\nlast\x00")
+        raw.send(b"".join(frames))
+        with opened(broker) as conn:
+            receiver = conn.create_receiver("queue://burst", credit=None)
+            held = []
+            wait_until(lambda: held.extend(bodies_of(drain(conn, receiver))) or
+                       len(held) >= 100, 10, "the first 100 messages")
+            held.extend(bodies_of(drain(conn, receiver)))
+            assert len(held) == 100, len(held)
+            for _ in held:
+                receiver.accept()
+            rest = []
+            wait_until(lambda: rest.extend(receive_some(conn, receiver)) or
+                       len(rest) >= 1901, 30, "the other 1,901 messages")
+        assert held + rest == [b"%d" % n for n in range(2000)] + [b"last"]
+        assert raw.read_frame().headers[0] == ("receipt-id", "r-last")
+    finally:
+        raw.close()
+
+
+def bodies_of(messages):
+    """The bodies as bytes, copied (Proton's views over its buffers do not last)."""
+    return [bytes(m.body) for m in messages]
+
+
+def receive_some(conn, receiver):
+    """The bodies of what the receiver's source holds now, accepted (so more may
+    come)."""
+    messages = drain(conn, receiver)
+    bodies = bodies_of(messages)
+    for _ in messages:
+        receiver.accept()
+    return bodies
