@@ -21,7 +21,7 @@ from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
 
 __all__ = ["EncodedMessage", "declares_durable", "parse_message", "build_message", "encode_message", "Header",
-           "Properties"]
+           "Properties", "bare_sections"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
@@ -272,6 +272,44 @@ def parse_message(data):
     if bare_start is None:
         bare_start = n
     return EncodedMessage(data, header, properties, bare_start, annotations, app_span, pristine)
+
+
+def bare_sections(message):
+    """The sections of the bare message, as C{[(code, value_start, end), ...]}.
+
+    Checks the framing of everything L{parse_message} left unread (the body and the
+    footer): each section is a known described type in the order Part 3 section 3.2
+    gives, its value is whole, and nothing follows the last one. The values themselves
+    are only stepped over (L{codec.skip}: a data section costs a length read), so this
+    is cheap enough for every message on arrival, and a message that passes it can be
+    walked section by section later without surprises.
+
+    @param message: an L{EncodedMessage}.
+    @raise DecodeError: a section is truncated, unknown, out of order or followed by
+        bytes that are not a section.
+    """
+    data = message.data
+    n = len(data)
+    pos = message.bare_start
+    sections = []
+    last = 0
+    body = None
+    while pos < n:
+        code, value_start = _section_code(data, pos)
+        if code < PROPERTIES or code < last or (
+                code == last and code not in (DATA, AMQP_SEQUENCE)):
+            raise DecodeError("message sections out of order or repeated", pos)
+        if code in (DATA, AMQP_SEQUENCE, AMQP_VALUE):
+            # Part 3 section 3.2: data sections, or sequence sections, or one value.
+            if body is not None and (code != body or code == AMQP_VALUE):
+                raise DecodeError("message body mixes section kinds, or has more than "
+                                  "one amqp-value", pos)
+            body = code
+        end = codec.skip(data, value_start)
+        sections.append((code, value_start, end))
+        last = code
+        pos = end
+    return sections
 
 
 def build_message(body=None, *, header=None, message_annotations=None, properties=None,
