@@ -388,3 +388,58 @@ def test_unmapped_amqp_fields_give_no_headers():
                               group_sequence=UInt(2), reply_to_group_id="rg"),
         message_annotations={Symbol("x-opt-jms-type"): "t"})
     assert headers == []
+
+
+# -- parts a MESSAGE cannot carry: mqgate-unmapped ----------------------------------------
+
+def unmapped(headers):
+    return first(headers, "mqgate-unmapped")
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, [1, 2], Described(Symbol("x"), 1)],
+                         ids=["map", "list", "described"])
+def test_a_compound_property_is_left_out_and_named(value):
+    """S10.4: a map, list or described value as an application property has no header
+    text: it is left out and named; the simple properties beside it still arrive."""
+    headers, body = to_stomp(application_properties={"bad": value, "good": 1})
+    assert first(headers, "good") == "1" and first(headers, "bad") is None
+    assert unmapped(headers) == "application-properties.bad"
+    assert body == b"body"
+
+
+def test_a_property_with_a_nul_is_left_out():
+    """S10.4: a NUL would end the frame for many clients: that property is left out."""
+    headers, _body = to_stomp(application_properties={"n": "a\x00b"})
+    assert first(headers, "n") is None
+    assert unmapped(headers) == "application-properties.n"
+
+
+def test_a_property_key_that_is_not_a_string_is_left_out():
+    """S10.4: a non-string key cannot name a header: the entry is the section's name."""
+    headers, _body = to_stomp(application_properties={7: "x", "k": "v"})
+    assert first(headers, "k") == "v"
+    assert unmapped(headers) == "application-properties"
+
+
+def test_a_described_message_id_is_left_out():
+    """S10.4: a mapped field with a value that has no text is left out and named."""
+    headers, _body = to_stomp(properties=Properties(message_id=Described(1, [1])))
+    assert first(headers, "amqp-message-id") is None
+    assert unmapped(headers) == "properties.message-id"
+
+
+def test_a_json_body_over_its_budget_is_left_out():
+    """S10.4: a body whose JSON would be far larger than the message is left out (an
+    empty body) and named, rather than rendered at any cost."""
+    # An array of 20,000 described smallulongs: 1 byte each, ~30 characters of JSON each.
+    elements = b"\x00\x53\x01\x53" + b"\x07" * 20000
+    array = b"\xf0" + (4 + len(elements)).to_bytes(4, "big") + (20000).to_bytes(4, "big")
+    headers, body = message_to_headers(parse_message(b"\x00\x53\x77" + array + elements))
+    assert body == b"" and unmapped(headers) == "body"
+    assert first(headers, "transformation") is None
+
+
+def test_a_message_that_maps_completely_has_no_unmapped_header():
+    """S10.2: mqgate-unmapped appears only when something was left out."""
+    headers, _body = to_stomp(application_properties={"a": 1, "b": b"\x01"})
+    assert "mqgate-unmapped" not in names(headers)
