@@ -314,7 +314,8 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
                 max_message_size=settings["mqgate.message.max_size"], service=name,
                 render_limits=RenderLimits(
                     max_value=settings["mqgate.stomp.mapping.max_value_size"],
-                    max_total=settings["mqgate.stomp.mapping.max_headers_size"]),
+                    max_total=settings["mqgate.stomp.mapping.max_headers_size"],
+                    max_json_values=settings["mqgate.stomp.mapping.max_json_values"]),
                 tx_limits=TransactionLimits(
                     max_open=settings["mqgate.stomp.transaction.max_open"],
                     max_frames=settings["mqgate.stomp.transaction.max_frames"],

@@ -19,6 +19,7 @@ from mqgate.amqp import codec
 from mqgate.amqp.codec import DecodeError
 from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
+from mqgate.errors import ProtocolError
 
 __all__ = ["EncodedMessage", "declares_durable", "parse_message", "build_message", "encode_message", "Header",
            "Properties", "bare_sections"]
@@ -173,6 +174,11 @@ def _section_code(data, pos):
 
 _KNOWN_SECTIONS = frozenset(range(HEADER, FOOTER + 1))
 
+#: Sections a bare message may have. Clients send a handful (properties, application
+#: properties, one body section, perhaps a footer); a message of thousands of empty
+#: amqp-sequence sections would cost a step per section wherever it is read.
+MAX_SECTIONS = 1024
+
 
 def _section_value(data, pos):
     _code, value_start = _section_code(data, pos)
@@ -287,6 +293,8 @@ def bare_sections(message):
     @param message: an L{EncodedMessage}.
     @raise DecodeError: a section is truncated, unknown, out of order or followed by
         bytes that are not a section.
+    @raise ProtocolError: amqp:resource-limit-exceeded, the bare message has more than
+        L{MAX_SECTIONS} sections.
     """
     data = message.data
     n = len(data)
@@ -295,6 +303,9 @@ def bare_sections(message):
     last = 0
     body = None
     while pos < n:
+        if len(sections) >= MAX_SECTIONS:
+            raise ProtocolError(f"a message may have at most {MAX_SECTIONS} sections",
+                                "amqp:resource-limit-exceeded")
         code, value_start = _section_code(data, pos)
         if code < PROPERTIES or code < last or (
                 code == last and code not in (DATA, AMQP_SEQUENCE)):

@@ -419,6 +419,10 @@ KEYS = (
     Key("mqgate.stomp.mapping.max_headers_size", Size(1024), "64k",
         "Most header text a MESSAGE frame carries for an AMQP message's properties, names "
         "included; the properties past it are left out and named in mqgate-unmapped."),
+    Key("mqgate.stomp.mapping.max_json_values", Int(1, 100000000), "10000",
+        "Most values an AMQP body that is not text or binary may hold to be written as JSON "
+        "in a MESSAGE frame; a larger one is left out (an empty body) and named in "
+        "mqgate-unmapped. Each value costs microseconds of the broker's one thread."),
     Key("mqgate.stomp.transaction.max_open", Int(1, 1000000), "16",
         "STOMP transactions one connection may have open at once; one more BEGIN gets an "
         "ERROR frame."),

@@ -27,6 +27,7 @@ true/false), and a body that is not data sections is rendered with a content-typ
 
 import io
 import json
+import struct
 import uuid
 
 from mqgate.amqp import codec
@@ -149,14 +150,20 @@ class RenderLimits:
     @ivar max_value: characters of one rendered header value (an application property
         or a mapped field); a longer one is left out.
     @ivar max_total: characters of all mapped headers together, names included; the
-        properties past it are left out.
+        properties past it are left out. Every property looked at costs at least
+        L{_PROPERTY_COST} of it, so it also bounds the work of a huge property map.
+    @ivar max_json_values: values a JSON body may hold (an amqp-value that is not a
+        string or binary, amqp-sequence items); a body with more is left out. Turning a
+        value into JSON takes microseconds: this bounds the time one message may hold
+        the reactor.
     """
 
-    __slots__ = ("max_value", "max_total")
+    __slots__ = ("max_value", "max_total", "max_json_values")
 
-    def __init__(self, max_value=8192, max_total=65536):
+    def __init__(self, max_value=8192, max_total=65536, max_json_values=10000):
         self.max_value = max_value
         self.max_total = max_total
+        self.max_json_values = max_json_values
 
 
 DEFAULT_RENDER_LIMITS = RenderLimits()
@@ -169,6 +176,8 @@ _JSON_SLACK = 64 * 1024
 # Arrays are decoded whole (each element shares one constructor): only up to this size.
 _JSON_ARRAY_MAX = 64 * 1024
 _JSON_DEPTH = 32
+# The least a property looked at costs of RenderLimits.max_total, mapped or not.
+_PROPERTY_COST = 16
 
 _COMPOUND = frozenset((t.LIST8, t.LIST32, t.MAP8, t.MAP32, t.ARRAY8, t.ARRAY32, t.LIST0,
                        t.DESCRIBED))
@@ -220,17 +229,22 @@ class _Headers:
         UNMAPPED_HEADER when it cannot be carried."""
         text = _simple_text(value)
         if text is None or len(text) > self.limits.max_value:
-            self.unmapped.append(part)
+            self.leave_out(part, _PROPERTY_COST)
             return
-        cost = len(name) + len(text) + 2
+        cost = max(len(name) + len(text) + 2, _PROPERTY_COST)
         if self.total + cost > self.limits.max_total:
             self.unmapped.append(part)
             return
         self.total += cost
         self.items.append((name, text))
 
-    def leave_out(self, part):
+    def leave_out(self, part, cost=0):
         self.unmapped.append(part)
+        self.total += cost
+
+    @property
+    def full(self):
+        return self.total >= self.limits.max_total
 
     def finish(self):
         if self.unmapped:
@@ -279,6 +293,9 @@ def _application_properties(encoded, headers):
         for _ in range(count // 2):
             if pos >= end:
                 raise _Unmappable()
+            if headers.full:
+                headers.leave_out("application-properties")   # the rest of them
+                return
             pos = _one_property(data, pos, end, headers)
     except (_Unmappable, codec.DecodeError, IndexError):
         headers.leave_out("application-properties")
@@ -289,7 +306,7 @@ def _one_property(data, pos, end, headers):
     if key_code not in _TEXTUAL:
         # The spec allows string keys only: a key we cannot name.
         pos = codec.skip(data, pos)
-        headers.leave_out("application-properties")
+        headers.leave_out("application-properties", _PROPERTY_COST)
         return codec.skip(data, pos)
     key, pos = codec.decode(data, pos)
     value_end = codec.skip(data, pos)
@@ -297,19 +314,19 @@ def _one_property(data, pos, end, headers):
         raise _Unmappable()
     part = _part_name("application-properties", key)
     if data[pos] in _COMPOUND:
-        headers.leave_out(part)
+        headers.leave_out(part, _PROPERTY_COST)
     elif key in _FRAME_HEADERS:
-        pass   # it cannot pose as a header the broker writes
+        headers.total += _PROPERTY_COST   # it cannot pose as a header the broker writes
     else:
         try:
             value, _ = codec.decode(data, pos)
         except codec.DecodeError:
-            headers.leave_out(part)
+            headers.leave_out(part, _PROPERTY_COST)
         else:
             if _carriable(key) and key:
                 headers.add(key, value, part)
             else:
-                headers.leave_out(part)
+                headers.leave_out(part, _PROPERTY_COST)
     return value_end
 
 
@@ -324,9 +341,9 @@ def _body(encoded, headers):
         if kind == DATA:
             return b"".join(_binary_of(encoded.data, s) for s in sections), None, None
         if kind == AMQP_VALUE:
-            return _value_body(encoded.data, sections[0])
-        return _json_body(encoded.data, sections, "[", "]"), "application/json", \
-            "amqp-sequence-json"
+            return _value_body(encoded.data, sections[0], headers.limits)
+        return _json_body(encoded.data, sections, "[", "]", headers.limits), \
+            "application/json", "amqp-sequence-json"
     except (_Unmappable, codec.DecodeError, IndexError, RecursionError):
         headers.leave_out("body")
         return b"", None, None
@@ -346,7 +363,7 @@ def _binary_of(data, section):
     raise _Unmappable()   # a data section holding something other than binary
 
 
-def _value_body(data, section):
+def _value_body(data, section, limits):
     _code, start, _end = section
     code = data[start]
     if code in _BINARY:
@@ -354,16 +371,23 @@ def _value_body(data, section):
     if code in (t.STR8, t.STR32):
         text, _ = codec.decode(data, start)   # checks the UTF-8
         return text.encode("utf-8"), "text/plain; charset=utf-8", "amqp-value-string"
-    return _json_body(data, [section], "", ""), "application/json", "amqp-value-json"
+    return _json_body(data, [section], "", "", limits), "application/json", \
+        "amqp-value-json"
 
 
 class _Json:
-    """JSON text written piece by piece into one buffer, within a budget of
-    characters (a list of pieces would cost far more than the text itself)."""
+    """JSON text written piece by piece into one buffer (a list of pieces would cost
+    far more than the text itself), within a budget of characters and of values."""
 
-    def __init__(self, budget):
+    def __init__(self, budget, values):
         self.text = io.StringIO()
         self.left = budget
+        self.values = values
+
+    def count(self, values=1):
+        self.values -= values
+        if self.values < 0:
+            raise _Unmappable()
 
     def write(self, text):
         self.left -= len(text)
@@ -372,9 +396,9 @@ class _Json:
         self.text.write(text)
 
 
-def _json_body(data, sections, opening, closing):
+def _json_body(data, sections, opening, closing, limits):
     size = sum(end - start for _code, start, end in sections)
-    out = _Json(_JSON_FACTOR * size + _JSON_SLACK)
+    out = _Json(_JSON_FACTOR * size + _JSON_SLACK, limits.max_json_values)
     out.write(opening)
     first = True
     for _code, start, end in sections:
@@ -406,7 +430,14 @@ def _json_value(data, pos, out, depth):
     """Write the value at C{pos} as JSON; return the offset past it."""
     if depth > _JSON_DEPTH:
         raise _Unmappable()
+    out.count()
     code = data[pos]
+    fast = _JSON_SCALARS.get(code)
+    if fast is not None:
+        # The common small values, read in place: most of a large body is these.
+        text, end = fast(data, pos + 1)
+        out.write(text)
+        return end
     if code == t.DESCRIBED:
         descriptor, pos = codec.decode(data, pos + 1)
         descriptor = _simple_text(descriptor)
@@ -446,8 +477,37 @@ def _json_value(data, pos, out, depth):
     if code in (t.ARRAY8, t.ARRAY32) and end - pos > _JSON_ARRAY_MAX:
         raise _Unmappable()
     value, end = codec.decode(data, pos)
+    if code in (t.ARRAY8, t.ARRAY32):
+        out.count(len(value))
     out.write(json.dumps(_json_ready(value)))
     return end
+
+
+def _constant_json(text):
+    return lambda data, pos: (text, pos)
+
+
+def _int_json(fmt):
+    unpack = struct.Struct(fmt).unpack_from
+    width = struct.calcsize(fmt)
+
+    def read(data, pos):
+        if pos + width > len(data):
+            raise _Unmappable()
+        return str(unpack(data, pos)[0]), pos + width
+    return read
+
+
+# Constructor -> reader of the JSON text of a scalar that needs no decoding.
+_JSON_SCALARS = {
+    t.NULL: _constant_json("null"), t.TRUE: _constant_json("true"),
+    t.FALSE: _constant_json("false"), t.UINT0: _constant_json("0"),
+    t.ULONG0: _constant_json("0"),
+    t.UBYTE: _int_json(">B"), t.SMALLUINT: _int_json(">B"), t.SMALLULONG: _int_json(">B"),
+    t.BYTE: _int_json(">b"), t.SMALLINT: _int_json(">b"), t.SMALLLONG: _int_json(">b"),
+    t.USHORT: _int_json(">H"), t.SHORT: _int_json(">h"), t.UINT: _int_json(">I"),
+    t.INT: _int_json(">i"), t.ULONG: _int_json(">Q"), t.LONG: _int_json(">q"),
+}
 
 
 def _json_ready(value):

@@ -107,6 +107,15 @@ def test_a_message_whose_sections_do_not_parse_is_refused_and_never_queued(
     assert producer.performatives(Close) == []
 
 
+def test_a_message_of_too_many_sections_is_refused(gateway):
+    """A body of more sections than any client sends (each costs a step wherever the
+    message is read) is refused on arrival with amqp:resource-limit-exceeded."""
+    producer = produce(gateway, b"\x00\x53\x76\x45" * 1100)
+    (state,) = outcomes(producer)
+    assert str(state.error.condition) == "amqp:resource-limit-exceeded"
+    assert gateway.broker.queue("q").messages_in == 0
+
+
 # -- delivered with the unmappable part left out -----------------------------------------
 
 @pytest.mark.parametrize("ack", ACK_MODES)
@@ -328,10 +337,32 @@ def test_a_large_described_body_renders_within_a_bound(value):
 
 def test_header_values_and_totals_are_capped():
     """A property longer than max_value, and the properties past max_total, are left
-    out and named; the rest arrive."""
+    out and named; the rest arrive (each property looked at costs at least 16)."""
     encoded = parse_message(encode_message(b"", application_properties={
         "a": "x" * 50, "b": "y" * 20, "c": "z" * 20, "d": "w" * 20}))
     headers, _body = message_to_headers(encoded, limits=RenderLimits(max_value=40,
-                                                                     max_total=50))
+                                                                     max_total=70))
     assert dict(headers) == {"b": "y" * 20, "c": "z" * 20, UNMAPPED_HEADER:
                              "application-properties.a,application-properties.d"}
+
+
+def test_a_huge_property_map_is_walked_only_as_far_as_the_budget():
+    """100,000 compound properties: rendering stops once max_total is used up (each
+    costs at least 16 of it) and names the rest as application-properties."""
+    pairs = [(str8(f"k{n}"), b"\x45") for n in range(100_000)]     # list0 values
+    encoded = parse_message(app_properties(*pairs) + _BODY_X)
+    headers, body = message_to_headers(encoded)
+    flagged = dict(headers)[UNMAPPED_HEADER]
+    assert flagged.endswith("...") and len(flagged) <= 1024 + 4
+    assert body == b"x"
+
+
+def test_a_json_body_with_more_values_than_allowed_is_left_out():
+    """An amqp-value list of more values than max_json_values is left out, flagged,
+    once the budget is spent (the time one message may hold the reactor)."""
+    value = b"\xd0" + struct.pack(">II", 4 + 2 * 500, 500) + b"\x54\x01" * 500
+    encoded = parse_message(b"\x00\x53\x77" + value)
+    headers, body = message_to_headers(encoded, limits=RenderLimits(max_json_values=100))
+    assert (body, dict(headers)[UNMAPPED_HEADER]) == (b"", "body")
+    _headers, body = message_to_headers(encoded, limits=RenderLimits(max_json_values=501))
+    assert body == b"[" + b",".join([b"1"] * 500) + b"]"
