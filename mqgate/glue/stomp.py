@@ -227,7 +227,8 @@ class StompBrokerSession(BrokerSession):
         self.subscriptions = {}
         self.acks = {}           # ack id -> subscription
         self.transactions = {}   # transaction name -> _Transaction
-        self._tx_bytes = 0       # message bytes held by all of them
+        # Message bytes all of them hold (read it to count them as ingress data).
+        self.held_transaction_bytes = 0
         self._producers = {}
         self._blocked = set()    # producers waiting for a full destination (S2.7)
         self._ack_ids = itertools.count(1)
@@ -308,7 +309,7 @@ class StompBrokerSession(BrokerSession):
 
     def _forget_transactions(self):
         self.transactions.clear()
-        self._tx_bytes = 0
+        self.held_transaction_bytes = 0
 
     def disconnect(self, reason):
         """Close the connection with an ERROR saying C{reason} (S9.6)."""
@@ -482,13 +483,13 @@ class StompBrokerSession(BrokerSession):
         if transaction.size + size > limits.max_bytes:
             self._over_limit(name, f"{limits.max_bytes} bytes "
                              "(mqgate.stomp.transaction.max_bytes)")
-        if self._tx_bytes + size > limits.max_connection_bytes:
+        if self.held_transaction_bytes + size > limits.max_connection_bytes:
             self._over_limit(name, f"{limits.max_connection_bytes} bytes in all the "
                              "open transactions of a connection "
                              "(mqgate.stomp.transaction.max_connection_bytes)")
         transaction.work.append((apply, event))
         transaction.size += size
-        self._tx_bytes += size
+        self.held_transaction_bytes += size
 
     def _over_limit(self, name, limit):
         self._drop(name)
@@ -501,7 +502,7 @@ class StompBrokerSession(BrokerSession):
     def _drop(self, name):
         """Forget transaction C{name} and what it held; return its frames."""
         transaction = self.transactions.pop(name)
-        self._tx_bytes -= transaction.size
+        self.held_transaction_bytes -= transaction.size
         return transaction.work
 
     def _begin(self, event):

@@ -62,7 +62,7 @@ def test_a_transaction_past_its_limit_is_aborted_and_nothing_delivered(
     assert error.get("message") == "transaction limit exceeded"
     assert setting.encode() in error.body
     assert peer.protocol.glue.transactions == {}
-    assert peer.protocol.glue._tx_bytes == 0
+    assert peer.protocol.glue.held_transaction_bytes == 0
     peer.send("COMMIT", "transaction:t")   # too late: the connection is gone
     assert subscriber.messages() == []
     other.send("SEND", "destination:/queue/q", body=b"fine")
@@ -100,7 +100,7 @@ def test_commit_and_abort_give_their_bytes_back(tmp_path):
         peer.send("COMMIT" if n % 2 else "ABORT", f"transaction:{name}")
     assert peer.errors() == [] and not peer.closed
     assert len(subscriber.messages()) == 9
-    assert peer.protocol.glue._tx_bytes == 0
+    assert peer.protocol.glue.held_transaction_bytes == 0
 
 
 def test_a_send_too_large_for_a_message_is_refused_when_it_arrives(tmp_path):
