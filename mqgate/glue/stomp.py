@@ -29,7 +29,7 @@ from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
-from mqgate.glue.session import BrokerSession, is_admin_address
+from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
     REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
 )
@@ -353,7 +353,8 @@ class StompBrokerSession(BrokerSession):
     def _publish(self, event):
         self._check_size(event)
         encoded = frame_to_message(event.destination, event.headers, event.body)
-        message = self.broker_message(encoded)
+        # Encoded here, by us: no arrival check of its sections needed.
+        message = broker_message(encoded, self.clock)
         producer = self._producer(event.destination)
         stored = producer.send(message)
         if producer.blocked and producer not in self._blocked:

@@ -224,16 +224,17 @@ class _Headers:
         self.total = 0
         self.body = b""
 
-    def add(self, name, value, part):
+    def add(self, name, value, part=None):
         """Add header C{name} with the simple value C{value}; C{part} names it in
-        UNMAPPED_HEADER when it cannot be carried."""
+        UNMAPPED_HEADER when it cannot be carried (by default, as the application
+        property C{name})."""
         text = _simple_text(value)
         if text is None or len(text) > self.limits.max_value:
-            self.leave_out(part, _PROPERTY_COST)
+            self.leave_out(part or _part_name(name), _PROPERTY_COST)
             return
         cost = max(len(name) + len(text) + 2, _PROPERTY_COST)
         if self.total + cost > self.limits.max_total:
-            self.unmapped.append(part)
+            self.unmapped.append(part or _part_name(name))
             return
         self.total += cost
         self.items.append((name, text))
@@ -263,11 +264,11 @@ def _unmapped_value(parts):
     return ",".join(kept)
 
 
-def _part_name(section, name):
-    if isinstance(name, str) and len(name) <= _NAME_MAX and _carriable(name) \
-            and "," not in name:
-        return f"{section}.{name}"
-    return section
+def _part_name(name):
+    """How UNMAPPED_HEADER names application property C{name}."""
+    if len(name) <= _NAME_MAX and "," not in name and _carriable(name):
+        return f"application-properties.{name}"
+    return "application-properties"
 
 
 def _application_properties(encoded, headers):
@@ -302,31 +303,35 @@ def _application_properties(encoded, headers):
 
 
 def _one_property(data, pos, end, headers):
-    key_code = data[pos]
-    if key_code not in _TEXTUAL:
+    """Map the property at C{pos}; return the offset past it."""
+    key = None
+    if data[pos] in _TEXTUAL:
+        try:
+            key, value_pos = codec.decode(data, pos)
+        except codec.DecodeError:
+            pass   # a key that is not UTF-8
+    if key is None:
         # The spec allows string keys only: a key we cannot name.
-        pos = codec.skip(data, pos)
         headers.leave_out("application-properties", _PROPERTY_COST)
-        return codec.skip(data, pos)
-    key, pos = codec.decode(data, pos)
-    value_end = codec.skip(data, pos)
-    if value_end > end:
-        raise _Unmappable()
-    part = _part_name("application-properties", key)
-    if data[pos] in _COMPOUND:
-        headers.leave_out(part, _PROPERTY_COST)
-    elif key in _FRAME_HEADERS:
-        headers.total += _PROPERTY_COST   # it cannot pose as a header the broker writes
+        value_end = codec.skip(data, codec.skip(data, pos))
+    elif data[value_pos] in _COMPOUND:
+        headers.leave_out(_part_name(key), _PROPERTY_COST)
+        value_end = codec.skip(data, value_pos)
     else:
         try:
-            value, _ = codec.decode(data, pos)
+            value, value_end = codec.decode(data, value_pos)
         except codec.DecodeError:
-            headers.leave_out(part, _PROPERTY_COST)
+            headers.leave_out(_part_name(key), _PROPERTY_COST)
+            value_end = codec.skip(data, value_pos)
         else:
-            if _carriable(key) and key:
-                headers.add(key, value, part)
+            if key in _FRAME_HEADERS:
+                headers.total += _PROPERTY_COST   # it cannot pose as a broker header
+            elif key and _carriable(key):
+                headers.add(key, value)
             else:
-                headers.leave_out(part, _PROPERTY_COST)
+                headers.leave_out(_part_name(key), _PROPERTY_COST)
+    if value_end > end:
+        raise _Unmappable()
     return value_end
 
 

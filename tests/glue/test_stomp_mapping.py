@@ -443,3 +443,13 @@ def test_a_message_that_maps_completely_has_no_unmapped_header():
     """S10.2: mqgate-unmapped appears only when something was left out."""
     headers, _body = to_stomp(application_properties={"a": 1, "b": b"\x01"})
     assert "mqgate-unmapped" not in names(headers)
+
+
+def test_a_property_key_that_is_not_utf8_is_left_out_alone():
+    """S10.4: a key whose bytes do not decode is left out (named as the section); the
+    properties after it are still read."""
+    items = b"\xa1\x02\xc3\x28\xa1\x01v" + b"\xa1\x01k\xa1\x01w"
+    section = b"\x00\x53\x74\xc1" + bytes([len(items) + 1, 4]) + items
+    headers, _body = message_to_headers(parse_message(section + b"\x00\x53\x75\xa0\x00"))
+    assert first(headers, "k") == "w"
+    assert unmapped(headers) == "application-properties"
