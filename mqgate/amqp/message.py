@@ -22,7 +22,7 @@ from mqgate.amqp.types import Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
 __all__ = ["EncodedMessage", "declares_durable", "parse_message", "build_message", "encode_message", "Header",
-           "Properties", "bare_sections"]
+           "Properties", "bare_sections", "check_sections"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
@@ -281,14 +281,28 @@ def parse_message(data):
 
 
 def bare_sections(message):
-    """The sections of the bare message, as C{[(code, value_start, end), ...]}.
+    """The sections of the bare message, as C{[(code, value_start, end), ...]}, their
+    framing checked (see L{check_sections}).
 
-    Checks the framing of everything L{parse_message} left unread (the body and the
-    footer): each section is a known described type in the order Part 3 section 3.2
-    gives, its value is whole, and nothing follows the last one. The values themselves
-    are only stepped over (L{codec.skip}: a data section costs a length read), so this
-    is cheap enough for every message on arrival, and a message that passes it can be
-    walked section by section later without surprises.
+    @param message: an L{EncodedMessage}.
+    @raise DecodeError, ProtocolError: as L{check_sections}.
+    """
+    sections = []
+    _walk_sections(message.data, message.bare_start, 0, sections)
+    return sections
+
+
+def check_sections(message):
+    """Check the framing of everything L{parse_message} left unread: the body and the
+    footer.
+
+    Each section must be a known described type in the order Part 3 section 3.2 gives
+    (data sections, or amqp-sequence sections, or one amqp-value; then a footer), its
+    value whole, and nothing may follow the last one. The values themselves are only
+    stepped over (L{codec.skip}: a data section costs a length read), and the walk
+    starts after the sections L{parse_message} read already, so this is cheap enough
+    for every message on arrival; a message that passes can be walked section by
+    section later without surprises.
 
     @param message: an L{EncodedMessage}.
     @raise DecodeError: a section is truncated, unknown, out of order or followed by
@@ -296,14 +310,21 @@ def bare_sections(message):
     @raise ProtocolError: amqp:resource-limit-exceeded, the bare message has more than
         L{MAX_SECTIONS} sections.
     """
-    data = message.data
+    if message.app_span is not None:
+        _walk_sections(message.data, message.app_span[1], APPLICATION_PROPERTIES, None)
+    else:
+        _walk_sections(message.data, message.bare_start, 0, None)
+
+
+def _walk_sections(data, pos, last, sections):
+    # Step over the sections from C{pos} (the one before it had code C{last}),
+    # appending (code, value_start, end) to C{sections} unless it is None.
     n = len(data)
-    pos = message.bare_start
-    sections = []
-    last = 0
     body = None
+    count = 0
     while pos < n:
-        if len(sections) >= MAX_SECTIONS:
+        count += 1
+        if count > MAX_SECTIONS:
             raise ProtocolError(f"a message may have at most {MAX_SECTIONS} sections",
                                 "amqp:resource-limit-exceeded")
         code, value_start = _section_code(data, pos)
@@ -317,10 +338,10 @@ def bare_sections(message):
                                   "one amqp-value", pos)
             body = code
         end = codec.skip(data, value_start)
-        sections.append((code, value_start, end))
+        if sections is not None:
+            sections.append((code, value_start, end))
         last = code
         pos = end
-    return sections
 
 
 def build_message(body=None, *, header=None, message_annotations=None, properties=None,

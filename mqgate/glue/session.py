@@ -6,7 +6,7 @@ turning a parsed message into the core's L{BrokerMessage}.
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from mqgate.amqp.message import bare_sections
+from mqgate.amqp.message import check_sections
 from mqgate.core.addresses import AddressError, resolve
 from mqgate.core.message import BrokerMessage
 from mqgate.egress.clients import EgressClient
@@ -186,7 +186,7 @@ class BrokerSession:
 
         @raise DecodeError: the sections are truncated, unknown or out of order.
         """
-        bare_sections(encoded)
+        check_sections(encoded)
         return broker_message(encoded, self.clock)
 
 
