@@ -234,7 +234,8 @@ class _Headers:
             return
         cost = max(len(name) + len(text) + 2, _PROPERTY_COST)
         if self.total + cost > self.limits.max_total:
-            self.unmapped.append(part or _part_name(name))
+            # Charged all the same: a long run of large properties must end the walk.
+            self.leave_out(part or _part_name(name), _PROPERTY_COST)
             return
         self.total += cost
         self.items.append((name, text))
@@ -444,11 +445,8 @@ def _json_value(data, pos, out, depth):
         out.write(text)
         return end
     if code == t.DESCRIBED:
-        descriptor, pos = codec.decode(data, pos + 1)
-        descriptor = _simple_text(descriptor)
-        if descriptor is None:
-            raise _Unmappable()
-        out.write('{"descriptor":' + json.dumps(descriptor) + ',"value":')
+        descriptor, pos = _json_scalar_text(data, pos + 1)
+        out.write('{"descriptor":' + descriptor + ',"value":')
         pos = _json_value(data, pos, out, depth + 1)
         out.write("}")
         return pos
@@ -467,11 +465,8 @@ def _json_value(data, pos, out, depth):
             if index and (not is_map or index % 2 == 0):
                 out.write(",")
             if is_map and index % 2 == 0:
-                key, pos = codec.decode(data, pos)   # keys: simple values in practice
-                key = _simple_text(key)
-                if key is None:
-                    raise _Unmappable()
-                out.write(json.dumps(key) + ":")
+                key, pos = _json_scalar_text(data, pos)
+                out.write(key + ":")
             else:
                 pos = _json_value(data, pos, out, depth + 1)
         out.write("}" if is_map else "]")
@@ -486,6 +481,16 @@ def _json_value(data, pos, out, depth):
         out.count(len(value))
     out.write(json.dumps(_json_ready(value)))
     return end
+
+
+def _json_scalar_text(data, pos):
+    """A map key or a descriptor as a JSON string, and the offset past it: JSON keys
+    are strings, so a scalar is written as its text; anything else is not mapped (a
+    compound key would have to be decoded whole)."""
+    if data[pos] in _COMPOUND:
+        raise _Unmappable()
+    value, end = codec.decode(data, pos)
+    return json.dumps(_text(value)), end
 
 
 def _constant_json(text):

@@ -453,3 +453,14 @@ def test_a_property_key_that_is_not_utf8_is_left_out_alone():
     headers, _body = message_to_headers(parse_message(section + b"\x00\x53\x75\xa0\x00"))
     assert first(headers, "k") == "w"
     assert unmapped(headers) == "application-properties"
+
+
+def test_json_map_keys_are_text_and_compound_keys_are_not_mapped():
+    """S10.2, S10.4: JSON keys are the text of scalar keys (NULs and surrogates escaped
+    by JSON); a map with a list as a key leaves the body out rather than decode it."""
+    headers, body = to_stomp({"a\x00b": 1, 7: "x"})
+    assert json.loads(body) == {"a\x00b": 1, "7": "x"}
+    items = b"\xc0\x03\x02\x54\x01\x54\x02" + b"\x54\x01"          # {[1, 2]: 1}
+    value = b"\xc1" + bytes([len(items) + 1, 2]) + items
+    headers, body = message_to_headers(parse_message(b"\x00\x53\x77" + value))
+    assert (body, unmapped(headers)) == (b"", "body")
