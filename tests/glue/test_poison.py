@@ -366,3 +366,31 @@ def test_a_json_body_with_more_values_than_allowed_is_left_out():
     assert (body, dict(headers)[UNMAPPED_HEADER]) == (b"", "body")
     _headers, body = message_to_headers(encoded, limits=RenderLimits(max_json_values=501))
     assert body == b"[" + b",".join([b"1"] * 500) + b"]"
+
+
+# -- the grammar of the hostile campaign, in memory ----------------------------------------
+
+def test_rendering_never_raises_on_grammar_fuzzed_messages():
+    """Thousands of messages from the hostile campaign's grammar (every AMQP type,
+    described values, arrays, bad UTF-8, surrogates, broken sections): every one that
+    parses renders into a MESSAGE frame that encodes, whose headers are UTF-8 without
+    NUL, and whose mapped text stays within the limits."""
+    from mqgate.stomp.frames import encode_frame
+    from tests.hostile.test_poison import generate
+
+    limits = RenderLimits()
+    rendered = 0
+    for seed in range(4):
+        for _number, _durable, data in generate(seed=seed, count=400):
+            try:
+                encoded = parse_message(data)
+            except Exception:   # noqa: BLE001 - refused on arrival, not our business
+                continue
+            headers, body = message_to_headers(encoded, limits=limits)
+            frame = encode_frame("MESSAGE", headers, body)
+            head = frame[:frame.index(b"\n\n")]
+            assert b"\x00" not in head
+            assert sum(len(n) + len(v) + 2 for n, v in headers) <= \
+                limits.max_total + 2048
+            rendered += 1
+    assert rendered > 1200
