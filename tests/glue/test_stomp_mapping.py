@@ -464,3 +464,24 @@ def test_json_map_keys_are_text_and_compound_keys_are_not_mapped():
     value = b"\xc1" + bytes([len(items) + 1, 2]) + items
     headers, body = message_to_headers(parse_message(b"\x00\x53\x77" + value))
     assert (body, unmapped(headers)) == (b"", "body")
+
+
+def test_a_surrogate_char_or_bad_utf8_property_is_left_out():
+    """S10.4: a char that is a lone surrogate cannot be written as UTF-8, a string that
+    is not UTF-8 does not decode: each is left out and named, the others arrive."""
+    items = (b"\xa1\x01c\x73\x00\x00\xdb\xff" + b"\xa1\x01u\xa1\x02\xc3\x28"
+             + b"\xa1\x01k\xa1\x01v")
+    section = b"\x00\x53\x74\xc1" + bytes([len(items) + 1, 6]) + items
+    headers, _body = message_to_headers(parse_message(section))
+    assert first(headers, "k") == "v"
+    assert unmapped(headers) == "application-properties.c,application-properties.u"
+
+
+def test_a_property_over_max_value_size_is_left_out():
+    """S10.4: a property whose text is longer than the per-value limit is left out."""
+    from mqgate.glue.stomp_mapping import RenderLimits
+    encoded = parse_message(encode_message(b"", application_properties={
+        "long": "x" * 100, "short": "y"}))
+    headers, _body = message_to_headers(encoded, limits=RenderLimits(max_value=99))
+    assert (first(headers, "long"), first(headers, "short")) == (None, "y")
+    assert unmapped(headers) == "application-properties.long"
