@@ -27,7 +27,8 @@ from mqgate.errors import ConfigError
 from mqgate.glue.amqp import GlueConfig
 from mqgate.glue.egress import EgressContext
 from mqgate.glue.session import broker_message
-from mqgate.glue.stomp import StompGlueConfig
+from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
+from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.loadwatch import LoadFactorService
 from mqgate.net.ping import PingService
@@ -315,8 +316,18 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
         factories[sniff.STOMP] = StompServerFactory(
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
             setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat), egress=egress,
-            glue_config=StompGlueConfig(max_message_size=settings["mqgate.message.max_size"],
-                                        service=name))
+            glue_config=StompGlueConfig(
+                max_message_size=settings["mqgate.message.max_size"], service=name,
+                render_limits=RenderLimits(
+                    max_value=settings["mqgate.stomp.mapping.max_value_size"],
+                    max_total=settings["mqgate.stomp.mapping.max_headers_size"],
+                    max_json_values=settings["mqgate.stomp.mapping.max_json_values"]),
+                tx_limits=TransactionLimits(
+                    max_open=settings["mqgate.stomp.transaction.max_open"],
+                    max_frames=settings["mqgate.stomp.transaction.max_frames"],
+                    max_bytes=settings["mqgate.stomp.transaction.max_bytes"],
+                    max_connection_bytes=settings[
+                        "mqgate.stomp.transaction.max_connection_bytes"])))
     distinct = set(factories.values())
     if len(distinct) == 1:
         return distinct.pop()   # one protocol: no need to look at the first bytes

@@ -19,9 +19,10 @@ from mqgate.amqp import codec
 from mqgate.amqp.codec import DecodeError
 from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
+from mqgate.errors import ProtocolError
 
 __all__ = ["EncodedMessage", "declares_durable", "parse_message", "build_message", "encode_message", "Header",
-           "Properties"]
+           "Properties", "bare_sections", "check_sections"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
@@ -173,6 +174,11 @@ def _section_code(data, pos):
 
 _KNOWN_SECTIONS = frozenset(range(HEADER, FOOTER + 1))
 
+#: Sections a bare message may have. Clients send a handful (properties, application
+#: properties, one body section, perhaps a footer); a message of thousands of empty
+#: amqp-sequence sections would cost a step per section wherever it is read.
+MAX_SECTIONS = 1024
+
 
 def _section_value(data, pos):
     _code, value_start = _section_code(data, pos)
@@ -272,6 +278,70 @@ def parse_message(data):
     if bare_start is None:
         bare_start = n
     return EncodedMessage(data, header, properties, bare_start, annotations, app_span, pristine)
+
+
+def bare_sections(message):
+    """The sections of the bare message, as C{[(code, value_start, end), ...]}, their
+    framing checked (see L{check_sections}).
+
+    @param message: an L{EncodedMessage}.
+    @raise DecodeError, ProtocolError: as L{check_sections}.
+    """
+    sections = []
+    _walk_sections(message.data, message.bare_start, 0, sections)
+    return sections
+
+
+def check_sections(message):
+    """Check the framing of everything L{parse_message} left unread: the body and the
+    footer.
+
+    Each section must be a known described type in the order Part 3 section 3.2 gives
+    (data sections, or amqp-sequence sections, or one amqp-value; then a footer), its
+    value whole, and nothing may follow the last one. The values themselves are only
+    stepped over (L{codec.skip}: a data section costs a length read), and the walk
+    starts after the sections L{parse_message} read already, so this is cheap enough
+    for every message on arrival; a message that passes can be walked section by
+    section later without surprises.
+
+    @param message: an L{EncodedMessage}.
+    @raise DecodeError: a section is truncated, unknown, out of order or followed by
+        bytes that are not a section.
+    @raise ProtocolError: amqp:resource-limit-exceeded, the bare message has more than
+        L{MAX_SECTIONS} sections.
+    """
+    if message.app_span is not None:
+        _walk_sections(message.data, message.app_span[1], APPLICATION_PROPERTIES, None)
+    else:
+        _walk_sections(message.data, message.bare_start, 0, None)
+
+
+def _walk_sections(data, pos, last, sections):
+    # Step over the sections from C{pos} (the one before it had code C{last}),
+    # appending (code, value_start, end) to C{sections} unless it is None.
+    n = len(data)
+    body = None
+    count = 0
+    while pos < n:
+        count += 1
+        if count > MAX_SECTIONS:
+            raise ProtocolError(f"a message may have at most {MAX_SECTIONS} sections",
+                                "amqp:resource-limit-exceeded")
+        code, value_start = _section_code(data, pos)
+        if code < PROPERTIES or code < last or (
+                code == last and code not in (DATA, AMQP_SEQUENCE)):
+            raise DecodeError("message sections out of order or repeated", pos)
+        if code in (DATA, AMQP_SEQUENCE, AMQP_VALUE):
+            # Part 3 section 3.2: data sections, or sequence sections, or one value.
+            if body is not None and (code != body or code == AMQP_VALUE):
+                raise DecodeError("message body mixes section kinds, or has more than "
+                                  "one amqp-value", pos)
+            body = code
+        end = codec.skip(data, value_start)
+        if sections is not None:
+            sections.append((code, value_start, end))
+        last = code
+        pos = end
 
 
 def build_message(body=None, *, header=None, message_annotations=None, properties=None,

@@ -444,6 +444,31 @@ KEYS = (
     Key("mqgate.stomp.heartbeat", Int(0, 3600000), "10000",
         "Milliseconds between the broker's STOMP heart-beats, and the interval it asks of "
         "clients (each side uses the larger of the two offers); 0 disables (S10.2)."),
+    # -- STOMP: rendering AMQP messages as MESSAGE frames, transactions (S10.2, S10.4) --
+    Key("mqgate.stomp.mapping.max_value_size", Size(64), "8k",
+        "Longest header value a MESSAGE frame carries for an AMQP message (an application "
+        "property written as text); a longer one is left out and named in the "
+        "mqgate-unmapped header."),
+    Key("mqgate.stomp.mapping.max_headers_size", Size(1024), "64k",
+        "Most header text a MESSAGE frame carries for an AMQP message's properties, names "
+        "included; the properties past it are left out and named in mqgate-unmapped."),
+    Key("mqgate.stomp.mapping.max_json_values", Int(1, 100000000), "10000",
+        "Most values an AMQP body that is not text or binary may hold to be written as JSON "
+        "in a MESSAGE frame; a larger one is left out (an empty body) and named in "
+        "mqgate-unmapped. Each value costs microseconds of the broker's one thread."),
+    Key("mqgate.stomp.transaction.max_open", Int(1, 1000000), "16",
+        "STOMP transactions one connection may have open at once; one more BEGIN gets an "
+        "ERROR frame."),
+    Key("mqgate.stomp.transaction.max_frames", Int(1, 100000000), "10000",
+        "SEND, ACK and NACK frames one STOMP transaction may hold until COMMIT; past it the "
+        "transaction is aborted with an ERROR frame."),
+    Key("mqgate.stomp.transaction.max_bytes", Size(1024), "64m",
+        "Message bytes (bodies and headers) one STOMP transaction may hold until COMMIT; "
+        "past it the transaction is aborted with an ERROR frame."),
+    Key("mqgate.stomp.transaction.max_connection_bytes", Size(1024), "64m",
+        "Message bytes all the open STOMP transactions of one connection may hold "
+        "together; past it the transaction that would pass it is aborted with an ERROR "
+        "frame."),
     Key("mqgate.authentication.basic.user_repository", Choice(("file", "ldap")), "file",
         "Where user names and passwords are checked (S4)."),
     Key("mqgate.user_repository.file.dirpath", Text(), "",

@@ -48,6 +48,8 @@ import heapq
 import itertools
 from collections import deque
 
+from twisted.logger import Logger
+
 from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
 from mqgate.core.limits import FLOW_CONTROL, UNLIMITED, SystemLimits
@@ -56,6 +58,8 @@ from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import message_field
 
 _LEVELS = MAX_PRIORITY + 1
+
+_log = Logger(namespace="mqgate.core")
 
 # The value of Queue._dispatching during a selective run (True: a plain run).
 _SELECTIVE_RUN = "selective"
@@ -579,14 +583,39 @@ class Queue:
         if consumer.presettled:
             system.count -= 1
             self.messages_out += 1
-            if message.durable and self.store is not None:
-                self.store.remove(message)   # at-most-once: gone once handed over
         else:
             consumer._unsettled[delivery] = True
             self._in_flight += 1
         if self.full:
             self._ease()
-        consumer.target.deliver(delivery)
+        try:
+            consumer.target.deliver(delivery)
+        except Exception:
+            # Whatever one consumer's target does wrong stays with it (S10.4): the
+            # dispatch run, the producer that published and the other consumers go on.
+            self._not_handed(consumer, delivery)
+            return
+        if consumer.presettled and message.durable and self.store is not None:
+            self.store.remove(message)   # at-most-once: gone once handed over
+
+    def _not_handed(self, consumer, delivery):
+        # The target raised: take the hand-over back and keep the message for another
+        # consumer. This one gets no more until its glue gives it credit again, so a
+        # target that fails on everything cannot make a dispatch run go round for ever.
+        message = delivery.message
+        _log.failure("consumer {consumer} of {queue} failed to take message {id}; "
+                     "it waits for another consumer", consumer=consumer.address,
+                     queue=self.name, id=message.message_id)
+        consumer.credit = 0
+        self.delivered -= 1
+        if consumer.presettled:
+            self.messages_out -= 1
+        elif consumer._unsettled.pop(delivery, False):
+            self._in_flight -= 1
+        else:
+            return   # the target settled it before failing: it is no longer ours
+        delivery.consumer = None
+        self.park(delivery, consumer)
 
     # -- limits (S2.3, S2.7) ----------------------------------------------------------
 

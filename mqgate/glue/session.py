@@ -6,6 +6,7 @@ turning a parsed message into the core's L{BrokerMessage}.
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from mqgate.amqp.message import check_sections
 from mqgate.core.addresses import AddressError, resolve
 from mqgate.core.message import BrokerMessage
 from mqgate.egress.clients import EgressClient
@@ -176,7 +177,16 @@ class BrokerSession:
             kind="guaranteed" if guaranteed else "direct", limit=limit, size=size)
 
     def broker_message(self, encoded):
-        """The core's view of a parsed message (see L{broker_message})."""
+        """The core's view of a message arriving from this connection (see
+        L{broker_message}).
+
+        Its body and footer are checked for framing first: a message whose sections
+        do not parse never enters a queue (it would fail wherever it is read later);
+        the producer is refused with amqp:decode-error instead (S10.4).
+
+        @raise DecodeError: the sections are truncated, unknown or out of order.
+        """
+        check_sections(encoded)
         return broker_message(encoded, self.clock)
 
 

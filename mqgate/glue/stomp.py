@@ -31,8 +31,10 @@ from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
-from mqgate.glue.session import BrokerSession, is_admin_address
-from mqgate.glue.stomp_mapping import REDELIVERED, frame_to_message, message_to_headers
+from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
+from mqgate.glue.stomp_mapping import (
+    REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
+)
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
@@ -50,13 +52,53 @@ _PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize")
 
 
 class StompGlueConfig:
-    """The settings the STOMP glue needs, read once from Settings."""
+    """The settings the STOMP glue needs, read once from Settings.
 
-    __slots__ = ("max_message_size", "service")
+    @ivar render_limits: the L{RenderLimits} of MESSAGE headers mapped from AMQP.
+    @ivar tx_limits: the L{TransactionLimits} of one connection.
+    """
 
-    def __init__(self, max_message_size=70 << 20, service="jms"):
+    __slots__ = ("max_message_size", "service", "render_limits", "tx_limits")
+
+    def __init__(self, max_message_size=70 << 20, service="jms", render_limits=None,
+                 tx_limits=None):
         self.max_message_size = max_message_size
         self.service = service
+        self.render_limits = render_limits or RenderLimits()
+        self.tx_limits = tx_limits or TransactionLimits()
+
+
+class TransactionLimits:
+    """What one connection's open transactions may hold (S10.2, ARCHITECTURE rule 4).
+
+    A transaction holds its SENDs (and ACKs) until COMMIT: without a bound, one client
+    could make the broker keep any amount of message data that no queue limit sees.
+
+    @ivar max_open: transactions open at once on a connection.
+    @ivar max_frames: SEND, ACK and NACK frames held by one transaction.
+    @ivar max_bytes: message bytes (bodies and headers) held by one transaction.
+    @ivar max_connection_bytes: message bytes held by all of a connection's open
+        transactions together.
+    """
+
+    __slots__ = ("max_open", "max_frames", "max_bytes", "max_connection_bytes")
+
+    def __init__(self, max_open=16, max_frames=10000, max_bytes=64 << 20,
+                 max_connection_bytes=64 << 20):
+        self.max_open = max_open
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self.max_connection_bytes = max_connection_bytes
+
+
+class _Transaction:
+    """The frames an open transaction holds until COMMIT, and their size."""
+
+    __slots__ = ("work", "size")
+
+    def __init__(self):
+        self.work = []    # (apply, event)
+        self.size = 0
 
 
 class _Subscription:
@@ -86,23 +128,16 @@ class _Subscription:
         return self.prefetch - len(self.unacked)
 
     def write(self, delivery, discarded):
-        """Write the MESSAGE frame (the egress serves it now)."""
+        """Write the MESSAGE frame (the egress serves it now); return the bytes."""
         session = self.session
         ack_id = session.next_ack_id()
-        message = delivery.message
-        rendered = message.rendered
-        if rendered is None:
-            # Once per message, however many subscribers it fans out to.
-            rendered = message.rendered = message_to_headers(message.payload)
-        headers, body = rendered
-        if delivery.delivery_count or discarded:
-            headers = list(headers)
-            if delivery.delivery_count:
-                headers.append(REDELIVERED)
-            if discarded:
-                headers.append(_DISCARDED)
-        if not session.engine.message(self.id, self.destination, ack_id, headers, body,
-                                      ack_id=ack_id if self.ack != "auto" else None):
+        written = self._frame(delivery, discarded, ack_id)
+        if written is None:
+            # Not even an empty frame could be written: another consumer may have it.
+            if self.ack != "auto":
+                self.consumer.settle(delivery, MODIFIED, undeliverable_here=True)
+            return 0
+        if not written:
             # The connection no longer takes messages: hand it back untouched.
             if self.ack != "auto":
                 self.consumer.settle(delivery, RELEASED)
@@ -115,6 +150,47 @@ class _Subscription:
             self.unacked[ack_id] = delivery
             session.acks[ack_id] = self
         return delivery.message.size
+
+    def _frame(self, delivery, discarded, ack_id):
+        """Put the MESSAGE frame into the engine: True if written, False if the
+        connection takes no more messages, None if it could not be written at all.
+
+        Nothing raises out of here into the egress or the core (S10.4): rendering never
+        fails (L{message_to_headers}); should the frame still not be written (a bug of
+        ours), it is written again with every mapped part left out, once logged.
+        """
+        message = delivery.message
+        try:
+            rendered = message.rendered
+            if rendered is None:
+                # Once per message, however many subscribers it fans out to.
+                rendered = message.rendered = message_to_headers(
+                    message.payload, limits=self.session.config.render_limits)
+            return self._put(delivery, discarded, ack_id, *rendered)
+        except Exception:
+            self._failed(message, "sending it with its headers and body left out")
+        try:
+            return self._put(delivery, discarded, ack_id, [_UNMAPPED_ALL], b"")
+        except Exception:
+            self._failed(message, "it goes back to its queue")
+            return None
+
+    def _put(self, delivery, discarded, ack_id, headers, body):
+        if delivery.delivery_count or discarded:
+            headers = list(headers)
+            if delivery.delivery_count:
+                headers.append(REDELIVERED)
+            if discarded:
+                headers.append(_DISCARDED)
+        return self.session.engine.message(
+            self.id, self.destination, ack_id, headers, body,
+            ack_id=ack_id if self.ack != "auto" else None)
+
+    def _failed(self, message, outcome):
+        session = self.session
+        session.log.failure(
+            "could not write message {id} to STOMP subscription {sub} of {peer}; {outcome}",
+            id=message.message_id, sub=self.id, peer=session.peer, outcome=outcome)
 
     def settle(self, ack_id, outcome, cumulative):
         """Settle one delivery, or (C{cumulative}) every one up to it. Returns how many."""
@@ -140,6 +216,8 @@ class _Subscription:
 
 # S9.2: the header flagging the first message after egress discards.
 _DISCARDED = ("discard-indication", "true")
+# The last resort of _Subscription.write: everything of the message left out.
+_UNMAPPED_ALL = (UNMAPPED_HEADER, "message")
 
 
 class StompBrokerSession(BrokerSession):
@@ -150,7 +228,9 @@ class StompBrokerSession(BrokerSession):
         self.client_id = None
         self.subscriptions = {}
         self.acks = {}           # ack id -> subscription
-        self.transactions = {}   # transaction name -> [(kind, event)]
+        self.transactions = {}   # transaction name -> _Transaction
+        # Message bytes all of them hold (read it to count them as ingress data).
+        self.held_transaction_bytes = 0
         self._producers = {}
         self._blocked = set()    # producers waiting for a full destination (S2.7)
         self._held = None        # events read while one was blocked, or None (S2.7)
@@ -208,18 +288,34 @@ class StompBrokerSession(BrokerSession):
             self.request_flush()
 
     def connection_lost(self):
-        """Unacknowledged messages go back to their queues, marked redelivered."""
+        """Unacknowledged messages go back to their queues, marked redelivered; open
+        transactions are rolled back.
+
+        Each subscription and producer is let go on its own: a failure with one is
+        logged and does not leave the others attached (no ghost consumers).
+        """
         self.unregister_client()
+        self._forget_transactions()
         subscriptions, self.subscriptions = self.subscriptions, {}
         for subscription in subscriptions.values():
-            self.egress.withdraw(subscription)
-            subscription.consumer.close()
-        for producer in self._producers.values():
-            producer.close()
-        self._producers = {}
+            self._let_go(subscription, self.egress.withdraw, subscription)
+            self._let_go(subscription, subscription.consumer.close)
+        producers, self._producers = self._producers, {}
+        for producer in producers.values():
+            self._let_go(producer, producer.close)
         self._blocked.clear()
         self._held = None        # never acted on, never receipted
         self.acks = {}
+
+    def _let_go(self, what, close, *args):
+        try:
+            close(*args)
+        except Exception:
+            self.log.failure("letting go of {what} of {peer}", what=what, peer=self.peer)
+
+    def _forget_transactions(self):
+        self.transactions.clear()
+        self.held_transaction_bytes = 0
 
     def disconnect(self, reason):
         """Close the connection with an ERROR saying C{reason} (S9.6)."""
@@ -238,7 +334,8 @@ class StompBrokerSession(BrokerSession):
 
     def _send(self, event):
         if event.transaction is not None:
-            self._transaction(event.transaction).append((self._publish, event))
+            self._check_size(event)
+            self._hold(event.transaction, self._publish, event, _frame_size(event))
             self._receipt(event)
         else:
             self._receipt_when_stored(event, self._publish(event))
@@ -253,13 +350,17 @@ class StompBrokerSession(BrokerSession):
             stored, lambda: self._receipt(event),
             lambda _condition, description: self.engine.send_error(
                 "message not stored", description, receipt_id=event.receipt))
-    def _publish(self, event):
+    def _check_size(self, event):
         if len(event.body) > self.config.max_message_size:
             raise _Error("message too large",
                          f"a message of {len(event.body)} bytes exceeds the limit of "
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
+
+    def _publish(self, event):
+        self._check_size(event)
         encoded = frame_to_message(event.destination, event.headers, event.body)
-        message = self.broker_message(encoded)
+        # Encoded here, by us: no arrival check of its sections needed.
+        message = broker_message(encoded, self.clock)
         producer = self._producer(event.destination)
         stored = producer.send(message)
         if producer.blocked and producer not in self._blocked:
@@ -377,8 +478,8 @@ class StompBrokerSession(BrokerSession):
             raise _Error("unknown message",
                          f"no unacknowledged message with id {event.id} on this connection")
         if event.transaction is not None:
-            self._transaction(event.transaction).append(
-                (lambda e: self._apply_settle(e, outcome), event))
+            self._hold(event.transaction, lambda e: self._apply_settle(e, outcome), event,
+                       _HELD_FRAME_COST)
         else:
             self._apply_settle(event, outcome)
         self._receipt(event)
@@ -398,16 +499,55 @@ class StompBrokerSession(BrokerSession):
             raise _Error("unknown transaction",
                          f"transaction {name} was not begun on this connection") from None
 
+    def _hold(self, name, apply, event, size):
+        """Keep a frame in transaction C{name} until COMMIT, within the limits; past
+        one, the transaction is aborted and the client gets an ERROR naming it."""
+        transaction = self._transaction(name)
+        limits = self.config.tx_limits
+        if len(transaction.work) >= limits.max_frames:
+            self._over_limit(name, f"{limits.max_frames} frames "
+                             "(mqgate.stomp.transaction.max_frames)")
+        if transaction.size + size > limits.max_bytes:
+            self._over_limit(name, f"{limits.max_bytes} bytes "
+                             "(mqgate.stomp.transaction.max_bytes)")
+        if self.held_transaction_bytes + size > limits.max_connection_bytes:
+            self._over_limit(name, f"{limits.max_connection_bytes} bytes in all the "
+                             "open transactions of a connection "
+                             "(mqgate.stomp.transaction.max_connection_bytes)")
+        transaction.work.append((apply, event))
+        transaction.size += size
+        self.held_transaction_bytes += size
+
+    def _over_limit(self, name, limit):
+        self._drop(name)
+        self.log.info("STOMP transaction {name} of {peer} aborted: over its limit of "
+                      "{limit}", name=name, peer=self.peer, limit=limit)
+        raise _Error("transaction limit exceeded",
+                     f"transaction {name} was aborted: it would hold more than {limit}; "
+                     "nothing of it was delivered")
+
+    def _drop(self, name):
+        """Forget transaction C{name} and what it held; return its frames."""
+        transaction = self.transactions.pop(name)
+        self.held_transaction_bytes -= transaction.size
+        return transaction.work
+
     def _begin(self, event):
         if event.transaction in self.transactions:
             raise _Error("transaction in use", f"transaction {event.transaction} "
                          "is already open on this connection")
-        self.transactions[event.transaction] = []
+        max_open = self.config.tx_limits.max_open
+        if len(self.transactions) >= max_open:
+            raise _Error("too many transactions",
+                         f"this connection already has {len(self.transactions)} open "
+                         f"transactions, the most allowed "
+                         f"(mqgate.stomp.transaction.max_open is {max_open})")
+        self.transactions[event.transaction] = _Transaction()
         self._receipt(event)
 
     def _commit(self, event):
-        work = self._transaction(event.transaction)
-        del self.transactions[event.transaction]
+        self._transaction(event.transaction)
+        work = self._drop(event.transaction)
         stored = [d for d in (apply(original) for apply, original in work)
                   if d is not None]
         if stored:
@@ -421,11 +561,11 @@ class StompBrokerSession(BrokerSession):
 
     def _abort(self, event):
         self._transaction(event.transaction)
-        del self.transactions[event.transaction]
+        self._drop(event.transaction)
         self._receipt(event)
 
     def _disconnect(self, event):
-        self.transactions.clear()  # open transactions are rolled back (never committed)
+        self._forget_transactions()  # open ones are rolled back (never committed)
         self._receipt(event)      # with a receipt, the engine finishes once it is sent
 
 
@@ -434,6 +574,16 @@ class _Error(ProtocolError):
 
     def __init__(self, message, detail):
         super().__init__(detail, message)
+
+
+# What holding an ACK or NACK in a transaction costs, counted as bytes.
+_HELD_FRAME_COST = 64
+
+
+def _frame_size(event):
+    """The message bytes a SEND holds: its body and headers."""
+    return len(event.body) + sum(len(name) + len(value) + 2
+                                 for name, value in event.headers)
 
 
 def _message_of(error):

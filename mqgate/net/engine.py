@@ -46,6 +46,8 @@ class Flusher:
     them flushed together when the reactor comes round.
     """
 
+    log = Logger()
+
     def __init__(self, clock):
         self._clock = clock
         self._pending = {}
@@ -60,12 +62,31 @@ class Flusher:
         self._call = None
         pending, self._pending = self._pending, {}
         for protocol in pending:
-            protocol.flush()
+            try:
+                protocol.flush()
+            except Exception:
+                # One connection's failure must not cost the others their turn
+                # (S10.4); its state can no longer be trusted, so it is dropped, which
+                # gives everything it held back to the queues.
+                self.log.failure("flushing the connection of {peer} failed; dropping it",
+                                 peer=getattr(protocol, "peer", "?"))
+                _drop(protocol)
 
     def stop(self):
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
+
+
+def _drop(protocol):
+    transport = getattr(protocol, "transport", None)
+    if transport is None:
+        return
+    try:
+        transport.abortConnection()
+    except Exception:
+        Flusher.log.failure("dropping the connection of {peer}",
+                            peer=getattr(protocol, "peer", "?"))
 
 
 @implementer(IPushProducer)

@@ -388,3 +388,100 @@ def test_unmapped_amqp_fields_give_no_headers():
                               group_sequence=UInt(2), reply_to_group_id="rg"),
         message_annotations={Symbol("x-opt-jms-type"): "t"})
     assert headers == []
+
+
+# -- parts a MESSAGE cannot carry: mqgate-unmapped ----------------------------------------
+
+def unmapped(headers):
+    return first(headers, "mqgate-unmapped")
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, [1, 2], Described(Symbol("x"), 1)],
+                         ids=["map", "list", "described"])
+def test_a_compound_property_is_left_out_and_named(value):
+    """S10.4: a map, list or described value as an application property has no header
+    text: it is left out and named; the simple properties beside it still arrive."""
+    headers, body = to_stomp(application_properties={"bad": value, "good": 1})
+    assert first(headers, "good") == "1" and first(headers, "bad") is None
+    assert unmapped(headers) == "application-properties.bad"
+    assert body == b"body"
+
+
+def test_a_property_with_a_nul_is_left_out():
+    """S10.4: a NUL would end the frame for many clients: that property is left out."""
+    headers, _body = to_stomp(application_properties={"n": "a\x00b"})
+    assert first(headers, "n") is None
+    assert unmapped(headers) == "application-properties.n"
+
+
+def test_a_property_key_that_is_not_a_string_is_left_out():
+    """S10.4: a non-string key cannot name a header: the entry is the section's name."""
+    headers, _body = to_stomp(application_properties={7: "x", "k": "v"})
+    assert first(headers, "k") == "v"
+    assert unmapped(headers) == "application-properties"
+
+
+def test_a_described_message_id_is_left_out():
+    """S10.4: a mapped field with a value that has no text is left out and named."""
+    headers, _body = to_stomp(properties=Properties(message_id=Described(1, [1])))
+    assert first(headers, "amqp-message-id") is None
+    assert unmapped(headers) == "properties.message-id"
+
+
+def test_a_json_body_over_its_budget_is_left_out():
+    """S10.4: a body whose JSON would be far larger than the message is left out (an
+    empty body) and named, rather than rendered at any cost."""
+    # An array of 20,000 described smallulongs: 1 byte each, ~30 characters of JSON each.
+    elements = b"\x00\x53\x01\x53" + b"\x07" * 20000
+    array = b"\xf0" + (4 + len(elements)).to_bytes(4, "big") + (20000).to_bytes(4, "big")
+    headers, body = message_to_headers(parse_message(b"\x00\x53\x77" + array + elements))
+    assert body == b"" and unmapped(headers) == "body"
+    assert first(headers, "transformation") is None
+
+
+def test_a_message_that_maps_completely_has_no_unmapped_header():
+    """S10.2: mqgate-unmapped appears only when something was left out."""
+    headers, _body = to_stomp(application_properties={"a": 1, "b": b"\x01"})
+    assert "mqgate-unmapped" not in names(headers)
+
+
+def test_a_property_key_that_is_not_utf8_is_left_out_alone():
+    """S10.4: a key whose bytes do not decode is left out (named as the section); the
+    properties after it are still read."""
+    items = b"\xa1\x02\xc3\x28\xa1\x01v" + b"\xa1\x01k\xa1\x01w"
+    section = b"\x00\x53\x74\xc1" + bytes([len(items) + 1, 4]) + items
+    headers, _body = message_to_headers(parse_message(section + b"\x00\x53\x75\xa0\x00"))
+    assert first(headers, "k") == "w"
+    assert unmapped(headers) == "application-properties"
+
+
+def test_json_map_keys_are_text_and_compound_keys_are_not_mapped():
+    """S10.2, S10.4: JSON keys are the text of scalar keys (NULs and surrogates escaped
+    by JSON); a map with a list as a key leaves the body out rather than decode it."""
+    headers, body = to_stomp({"a\x00b": 1, 7: "x"})
+    assert json.loads(body) == {"a\x00b": 1, "7": "x"}
+    items = b"\xc0\x03\x02\x54\x01\x54\x02" + b"\x54\x01"          # {[1, 2]: 1}
+    value = b"\xc1" + bytes([len(items) + 1, 2]) + items
+    headers, body = message_to_headers(parse_message(b"\x00\x53\x77" + value))
+    assert (body, unmapped(headers)) == (b"", "body")
+
+
+def test_a_surrogate_char_or_bad_utf8_property_is_left_out():
+    """S10.4: a char that is a lone surrogate cannot be written as UTF-8, a string that
+    is not UTF-8 does not decode: each is left out and named, the others arrive."""
+    items = (b"\xa1\x01c\x73\x00\x00\xdb\xff" + b"\xa1\x01u\xa1\x02\xc3\x28"
+             + b"\xa1\x01k\xa1\x01v")
+    section = b"\x00\x53\x74\xc1" + bytes([len(items) + 1, 6]) + items
+    headers, _body = message_to_headers(parse_message(section))
+    assert first(headers, "k") == "v"
+    assert unmapped(headers) == "application-properties.c,application-properties.u"
+
+
+def test_a_property_over_max_value_size_is_left_out():
+    """S10.4: a property whose text is longer than the per-value limit is left out."""
+    from mqgate.glue.stomp_mapping import RenderLimits
+    encoded = parse_message(encode_message(b"", application_properties={
+        "long": "x" * 100, "short": "y"}))
+    headers, _body = message_to_headers(encoded, limits=RenderLimits(max_value=99))
+    assert (first(headers, "long"), first(headers, "short")) == (None, "y")
+    assert unmapped(headers) == "application-properties.long"
