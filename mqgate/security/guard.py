@@ -1,0 +1,243 @@
+# -*- test-case-name: tests.security.test_guard -*-
+"""
+The login guard (S4.2): what stands between a flood of logins and the slow password hash.
+
+A password check costs tens of milliseconds of CPU by design (L{mqgate.security.users}).
+Without a guard, anyone who can open sockets can queue checks without end and keep the
+threads busy, and can guess passwords as fast as the CPU allows. L{LoginGuard} wraps the
+real authenticator and adds three rules:
+
+- B{bounded checks}: at most C{max_pending} checks are running or queued at a time;
+  one more is refused at once with L{LoginBusy} ("the broker is busy, try again"), which
+  costs nothing;
+- B{slowed failures} (L{FailureThrottle}): after C{free_failures} failed logins from one
+  address within C{window} seconds, each further attempt from it waits before it is
+  checked, twice as long each time up to C{max_delay}, and attempts from one address
+  wait one behind the other, so that opening many connections at once does not help.
+  The table of addresses is bounded (least recently failed forgotten first);
+- B{quiet logs} (L{LogBudget}): a failed login is logged with its address and user
+  name, but at most C{lines} lines a minute; the next line says how many were left out.
+
+Time comes from an injected C{IReactorTime}; nothing here touches a socket or a thread.
+"""
+
+import collections
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from mqgate.errors import ConfigError
+from mqgate.security.auth import AuthenticationFailed, IAuthenticator
+
+__all__ = ["LoginBusy", "FailureThrottle", "LogBudget", "LoginGuard"]
+
+# Attempts waiting for their turn (slowed down) at most, broker-wide: each holds a timer
+# until its turn; past this one more is refused as busy instead of being scheduled.
+MAX_WAITING = 1024
+# The doubling stops here (2**20 times the first delay is far past any cap).
+_MAX_DOUBLINGS = 20
+
+
+class LoginBusy(AuthenticationFailed):
+    """Too many logins are being checked: this one was refused without a check."""
+
+    def __init__(self, username, reason="too many logins being checked"):
+        super().__init__(username, reason)
+        self.args = ("the broker is busy checking other logins; try again later",)
+
+    def __str__(self):
+        return self.args[0]
+
+
+class FailureThrottle:
+    """Failed logins per source address, and how long the next attempt must wait.
+
+    @param clock: an C{IReactorTime}.
+    @param free_failures: failures within C{window} that cost nothing.
+    @param window: seconds after its last failure an address is forgiven.
+    @param first_delay: the wait after the first failure beyond the free ones; each
+        further one doubles it.
+    @param max_delay: the longest wait between two attempts from one address.
+    @param max_sources: addresses remembered at most (least recently failed dropped).
+    """
+
+    def __init__(self, clock, *, free_failures=5, window=60.0, first_delay=0.5,
+                 max_delay=10.0, max_sources=10000):
+        if max_sources < 1:
+            raise ConfigError("max_sources", max_sources, "at least 1")
+        self._clock = clock
+        self.free_failures = free_failures
+        self.window = window
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self.max_sources = max_sources
+        self._sources = collections.OrderedDict()   # source -> _Record, oldest first
+
+    def __len__(self):
+        return len(self._sources)
+
+    def failures(self, source):
+        """Failures of C{source} that still count."""
+        record = self._current(source)
+        return record.failures if record is not None else 0
+
+    def admit(self, source):
+        """Seconds from now at which an attempt from C{source} may be checked (0: now).
+
+        The attempt takes that turn: the next one from C{source} waits behind it."""
+        record = self._current(source)
+        if record is None or record.failures < self.free_failures:
+            return 0.0
+        now = self._clock.seconds()
+        turn = max(now, record.next_turn) + self._delay(record.failures)
+        record.next_turn = turn
+        return turn - now
+
+    def failed(self, source):
+        """An attempt from C{source} failed."""
+        now = self._clock.seconds()
+        record = self._current(source)
+        if record is None:
+            record = self._sources[source] = _Record()
+        record.failures += 1
+        record.last = now
+        self._sources.move_to_end(source)
+        while len(self._sources) > self.max_sources:
+            self._sources.popitem(last=False)
+
+    def _delay(self, failures):
+        doublings = min(failures - self.free_failures, _MAX_DOUBLINGS)
+        return min(self.first_delay * 2 ** doublings, self.max_delay)
+
+    def _current(self, source):
+        record = self._sources.get(source)
+        if record is not None and self._clock.seconds() - record.last >= self.window:
+            del self._sources[source]   # forgiven
+            return None
+        return record
+
+
+class _Record:
+    __slots__ = ("failures", "last", "next_turn")
+
+    def __init__(self):
+        self.failures = 0
+        self.last = 0.0
+        self.next_turn = 0.0
+
+
+class LogBudget:
+    """At most C{lines} log lines per C{interval} seconds, counting what it held back.
+
+    @param clock: an C{IReactorTime}.
+    """
+
+    def __init__(self, clock, lines=10, interval=60.0):
+        self._clock = clock
+        self.lines = lines
+        self.interval = interval
+        self._start = None
+        self._used = 0
+        self._held = 0
+
+    def take(self):
+        """C{None} when the line must be left out; else how many were left out before
+        it (to say so in the line)."""
+        now = self._clock.seconds()
+        if self._start is None or now - self._start >= self.interval:
+            self._start, self._used = now, 0
+        if self._used >= self.lines:
+            self._held += 1
+            return None
+        self._used += 1
+        held, self._held = self._held, 0
+        return held
+
+
+@implementer(IAuthenticator)
+class LoginGuard:
+    """An L{IAuthenticator} that bounds and slows the checks of another one.
+
+    @param checker: the real L{IAuthenticator} (the slow hash behind it).
+    @param clock: an C{IReactorTime}.
+    @param max_pending: checks running or queued at most; one more is L{LoginBusy}.
+    @param throttle: a L{FailureThrottle}, or None for none.
+    @param log_budget: a L{LogBudget} for the failed-login lines (default 10 a minute).
+    @param horizon: seconds ahead an attempt may be scheduled at most; an address
+        slowed down further than this is refused at once (its client would have given
+        up, or been closed by the login deadline, before its turn).
+    """
+
+    log = Logger()
+
+    def __init__(self, checker, clock, *, max_pending=32, throttle=None, log_budget=None,
+                 horizon=60.0):
+        if max_pending < 1:
+            raise ConfigError("max_pending", max_pending, "at least 1")
+        self._checker = checker
+        self._clock = clock
+        self.max_pending = max_pending
+        self.throttle = throttle
+        self._log_budget = log_budget or LogBudget(clock)
+        self.horizon = horizon
+        self.pending = 0     # checks handed to the checker and not answered yet
+        self.waiting = 0     # attempts slowed down, waiting for their turn
+        self.refused_busy = 0
+
+    def authenticate(self, username, password, source=None):
+        """See L{IAuthenticator.authenticate}; C{source} is the client's address."""
+        delay = self.throttle.admit(source) if self.throttle and source else 0.0
+        if delay <= 0:
+            d = self._check(username, password)
+        elif delay > self.horizon or self.waiting >= MAX_WAITING:
+            d = defer.fail(LoginBusy(username, "slowed down past the horizon"))
+        else:
+            self.waiting += 1
+            d = task.deferLater(self._clock, delay, self._turn, username, password)
+        d.addErrback(self._failed, username, source)
+        return d
+
+    def authenticate_anonymous(self, source=None):
+        """See L{IAuthenticator.authenticate_anonymous} (no password, no hash)."""
+        return self._checker.authenticate_anonymous()
+
+    def _turn(self, username, password):
+        self.waiting -= 1
+        return self._check(username, password)
+
+    def _check(self, username, password):
+        if self.pending >= self.max_pending:
+            self.refused_busy += 1
+            return defer.fail(LoginBusy(username))
+        self.pending += 1
+        d = self._checker.authenticate(username, password)
+        d.addBoth(self._answered)
+        return d
+
+    def _answered(self, result):
+        self.pending -= 1
+        return result
+
+    def _failed(self, failure, username, source):
+        failure.trap(AuthenticationFailed)
+        error = failure.value
+        busy = isinstance(error, LoginBusy)
+        if not busy and self.throttle is not None and source:
+            self.throttle.failed(source)
+        held = self._log_budget.take()
+        if held is not None:
+            self.log.info(
+                "failed login from {source} as {user}: {reason}{more}", source=source or "?",
+                user=_short(error.username), reason=error.reason,
+                more=(f" ({held} more failed logins not logged)" if held else "")
+                + (f" (mqgate.authentication.max_pending_checks={self.max_pending})"
+                   if busy else ""))
+        return failure
+
+
+def _short(name):
+    """A client-chosen user name as a log line may show it: quoted, bounded."""
+    if name is None:
+        return "(anonymous)"
+    return repr(name[:64] + ("..." if len(name) > 64 else ""))
