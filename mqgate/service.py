@@ -31,7 +31,7 @@ from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.loadwatch import LoadFactorService
 from mqgate.net.ping import PingService
-from mqgate.net.pool import ServicePool
+from mqgate.net.pool import LoginSlots, ServicePool
 from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
@@ -39,6 +39,7 @@ from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoi
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.auth import FileAuthenticator
+from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
 from mqgate.security.passfile import find_password
 from mqgate.security.users import (
@@ -179,8 +180,23 @@ def _authenticator(settings, reactor):
     def run_in_thread(f, *args):
         return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args)
 
-    return FileAuthenticator(repository, run_in_thread,
-                             allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    checker = FileAuthenticator(
+        repository, run_in_thread,
+        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    return _login_guard(checker, settings, reactor)
+
+
+def _login_guard(checker, settings, reactor):
+    """The bounds and the slowing down of failed logins around C{checker} (S4.2)."""
+    throttle = FailureThrottle(
+        reactor, free_failures=settings["mqgate.authentication.failures.free"],
+        window=settings["mqgate.authentication.failures.window"],
+        max_delay=settings["mqgate.authentication.failures.max_delay"],
+        max_sources=settings["mqgate.authentication.failures.max_addresses"])
+    return LoginGuard(
+        checker, reactor, throttle=throttle,
+        max_pending=settings["mqgate.authentication.max_pending_checks"],
+        horizon=settings["mqgate.authentication.client.response.timeout"])
 
 
 def build_broker(settings, reactor):
@@ -283,8 +299,13 @@ def _attach_pool(top, name, factory, settings, reactor):
     """Give every protocol factory of service C{name} the service's one thread pool
     (S1.6): AMQP and STOMP on one port share its workers."""
     pool = top.pools[name] = ServicePool.from_settings(name, settings, reactor)
+    # S4.2: the service's own room for sockets that have not logged in yet, taken by
+    # the sniffer first when there is one and handed on with the connection.
+    slots = LoginSlots(name, settings["mqgate.authentication.max_unauthenticated"], reactor)
+    factory.login_slots = slots
     for inner in getattr(factory, "factories", {}).values() or (factory,):
         inner.pool = pool
+        inner.login_slots = slots
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
@@ -309,6 +330,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
         factories[sniff.STOMP] = StompServerFactory(
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
             setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat), egress=egress,
+            max_unauthenticated_bytes=settings["mqgate.authentication.client.max_bytes"],
             glue_config=StompGlueConfig(max_message_size=settings["mqgate.message.max_size"],
                                         service=name))
     distinct = set(factories.values())

@@ -45,12 +45,12 @@ class FakeAuthenticator:
     def __init__(self):
         self.requests = []
 
-    def authenticate(self, username, password):
+    def authenticate(self, username, password, source=None):
         d = defer.Deferred()
         self.requests.append(((username, password), d))
         return d
 
-    def authenticate_anonymous(self):
+    def authenticate_anonymous(self, source=None):
         d = defer.Deferred()
         self.requests.append((None, d))
         return d
