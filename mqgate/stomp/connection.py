@@ -315,10 +315,19 @@ class StompConnection:
 
         Checked before the bytes reach the parser, so an oversized first frame costs us
         one read, never its whole body."""
+        allowed = self.max_unauthenticated_bytes - self._unauthenticated
         self._unauthenticated += len(data)
-        if self._unauthenticated <= self.max_unauthenticated_bytes:
+        if len(data) <= allowed:
             return True
         limit = self.max_unauthenticated_bytes
+        if self.state is _S.CONNECTING and allowed > 0:
+            # The part within the budget may already be wrong (a SEND before CONNECT):
+            # that is the better thing to tell the client.
+            try:
+                self._parser.feed(data[:allowed])
+            except StompError as error:
+                self._fail(error)
+                return False
         self._fail(StompProtocolError(
             "too much data before CONNECTED",
             f"more than {limit} bytes arrived before the CONNECT was answered; a client "

@@ -189,6 +189,14 @@ def test_one_oversized_read_is_refused_without_parsing_it():
     assert_error(conn, "too much data before CONNECTED")
 
 
+def test_a_wrong_first_frame_in_an_oversized_read_is_named_as_such():
+    """A SEND before CONNECT arriving in one read larger than the budget is reported as
+    "not connected" (what is wrong with it), not as too much data."""
+    conn = StompConnection(max_unauthenticated_bytes=1024)
+    assert conn.receive_data(frame("SEND", "destination:/q", body=b"b" * 4096)) == []
+    assert_error(conn, "not connected")
+
+
 def test_the_budget_ends_with_connected():
     """S10.2: once CONNECTED is written the unauthenticated budget no longer applies:
     a logged-in client may send frames of any size its frame limits allow."""
