@@ -193,10 +193,12 @@ def _login_guard(checker, settings, reactor):
         window=settings["mqgate.authentication.failures.window"],
         max_delay=settings["mqgate.authentication.failures.max_delay"],
         max_sources=settings["mqgate.authentication.failures.max_addresses"])
+    # An attempt slowed down past three quarters of the login deadline is refused at
+    # once: its answer would come too close to the deadline (or after it) to be heard.
     return LoginGuard(
         checker, reactor, throttle=throttle,
         max_pending=settings["mqgate.authentication.max_pending_checks"],
-        horizon=settings["mqgate.authentication.client.response.timeout"])
+        horizon=0.75 * settings["mqgate.authentication.client.response.timeout"])
 
 
 def build_broker(settings, reactor):

@@ -173,3 +173,17 @@ def test_idle_sockets_on_the_sniffing_port_are_bounded_too(broker_factory):
         _, closed = read_until_closed(sock, 6)
         assert closed and time.monotonic() - opened < 5.0
         sock.close()
+
+
+def test_an_amqp_socket_stalled_in_sasl_is_closed_at_the_deadline(broker_factory):
+    """An AMQP client that sends its SASL header and then nothing is closed at the login
+    deadline (2 s here), not after OpenMQ's 180 s."""
+    broker = broker_factory({"mqgate.authentication.client.response.timeout": "2"})
+    sock = socket.create_connection(broker.address("jms"), timeout=5)
+    opened = time.monotonic()
+    sock.sendall(b"AMQP\x03\x01\x00\x00")
+    data, closed = read_until_closed(sock, 6)
+    took = time.monotonic() - opened
+    assert data.startswith(b"AMQP\x03\x01\x00\x00")   # the broker's SASL header
+    assert closed and 1.5 < took < 4.0, took
+    sock.close()
