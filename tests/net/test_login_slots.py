@@ -315,3 +315,4 @@ def test_the_guard_learns_the_clients_address(tmp_path):
     assert seen == ["127.0.0.1"]
     stomp.authenticator.succeed_all()
 
+
