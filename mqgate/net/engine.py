@@ -13,11 +13,6 @@ from another connection's producer.
 The factory calls: C{shutdown} when the broker stops.
 The sniffer (L{mqgate.net.unify}) calls C{adopt_login_slot} before C{makeConnection}
 when it already took this socket's place among the unauthenticated.
-
-Before login (S4.2) a connection holds a slot of the service's L{LoginSlots} (none left:
-it is refused at once, in its protocol's words where it can have any) and must be logged
-in within the factory's C{setup_timeout}; a connection the pool has no room for is told
-so and dropped within a few seconds, its credentials never checked.
 The service's thread pool (L{mqgate.net.pool}, S1.6), when the factory has one, admits
 or refuses each connection and decides when its bytes are processed: C{process_inbound},
 C{pause_inbound}, C{resume_inbound}.
@@ -25,6 +20,11 @@ The glue calls C{pause_reading}/C{resume_reading} when a producer of the connect
 blocked by a full destination (S2.7). Either side may pause the socket: it is read again
 only when neither wants it paused (the reasons are kept in a set, so neither side's
 resume undoes the other's pause).
+
+Before login (S4.2) a connection holds a slot of the service's L{LoginSlots} (none left:
+it is refused at once, in its protocol's words where it can have any) and must be logged
+in within the factory's C{setup_timeout}; a connection the pool has no room for is told
+so and dropped within a few seconds, its credentials never checked.
 """
 
 import socket
@@ -100,6 +100,7 @@ class EngineProtocol(Protocol):
         self._tick_call = None
         self._awaiting_ready = True
         self._setup_deadline = None
+        self._setup_timeout = None
         self._lane = None       # the pool's way in for our bytes (S1.6); None: direct
         self.refused = None     # why the pool had no room for us, or None
         self._login_slot = None  # our place among the unauthenticated (LoginSlots)
@@ -120,6 +121,7 @@ class EngineProtocol(Protocol):
         timeout = factory.setup_timeout
         if not self._join_pool():
             timeout = min(timeout, REFUSAL_GRACE)
+        self._setup_timeout = timeout
         self._setup_deadline = factory.clock.seconds() + timeout
         self._schedule_tick(self._setup_deadline)
 
@@ -362,7 +364,7 @@ class EngineProtocol(Protocol):
                 self.factory.log_budgeted(
                     "closing connection from {peer}: not logged in within {timeout:g} s "
                     "(mqgate.authentication.client.response.timeout)", peer=self.peer,
-                    timeout=self.factory.setup_timeout)
+                    timeout=self._setup_timeout)
                 self.factory.abandon(engine, "setup-timeout",
                                      "not logged in within the time allowed for it")
             else:
