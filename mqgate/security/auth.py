@@ -84,18 +84,20 @@ class Principal:
 class IAuthenticator(Interface):
     """Checks credentials against a user repository (S4.2)."""
 
-    def authenticate(username, password, source=None):
+    def authenticate(username, password, source=None, service=None):
         """Authenticate with a user name and password.
 
         @type username: L{str}
         @type password: L{str}
         @param source: the client's address (a host), for the failed-login rules of
             an implementation that has them; None when unknown.
+        @param service: the connection service the client came through (its bounds
+            are kept per service where an implementation has them), or None.
         @return: a L{Deferred} firing with a L{Principal}, or failing with
             L{AuthenticationFailed}.
         """
 
-    def authenticate_anonymous(source=None):
+    def authenticate_anonymous(source=None, service=None):
         """Authenticate a client that gave no credentials (SASL ANONYMOUS).
 
         @return: a L{Deferred} firing with a L{Principal} whose C{anonymous} is true,
@@ -123,7 +125,7 @@ class FileAuthenticator:
         self._allow_anonymous = allow_anonymous
         self._dummy = _dummy_hash(_usual_iterations(repository))
 
-    def authenticate(self, username, password, source=None):
+    def authenticate(self, username, password, source=None, service=None):
         """See L{IAuthenticator.authenticate}.
 
         Every attempt costs one PBKDF2 check of the repository's usual strength, whether
@@ -134,7 +136,7 @@ class FileAuthenticator:
         d.addCallback(self._principal, anonymous=False)
         return d
 
-    def authenticate_anonymous(self, source=None):
+    def authenticate_anonymous(self, source=None, service=None):
         """See L{IAuthenticator.authenticate_anonymous}."""
         if not self._allow_anonymous:
             return defer.fail(AuthenticationFailed(None, "anonymous not allowed"))

@@ -7,9 +7,10 @@ Without a guard, anyone who can open sockets can queue checks without end and ke
 threads busy, and can guess passwords as fast as the CPU allows. L{LoginGuard} wraps the
 real authenticator and adds three rules:
 
-- B{bounded checks}: at most C{max_pending} checks are running or queued at a time;
-  one more is refused at once with L{LoginBusy} ("the broker is busy, try again"), which
-  costs nothing;
+- B{bounded checks}: at most C{max_pending} checks per service are running or queued
+  at a time; one more is refused at once with L{LoginBusy} ("the broker is busy, try
+  again"), which costs nothing. Per service, so that a flood on one service never
+  refuses the logins of another (the admin service stays reachable);
 - B{slowed failures} (L{FailureThrottle}): after C{free_failures} failed logins from one
   address within C{window} seconds, each further attempt from it waits before it is
   checked, twice as long each time up to C{max_delay}, and attempts from one address
@@ -161,7 +162,8 @@ class LoginGuard:
 
     @param checker: the real L{IAuthenticator} (the slow hash behind it).
     @param clock: an C{IReactorTime}.
-    @param max_pending: checks running or queued at most; one more is L{LoginBusy}.
+    @param max_pending: checks running or queued at most, per service; one more is
+        L{LoginBusy}.
     @param throttle: a L{FailureThrottle}, or None for none.
     @param log_budget: a L{LogBudget} for the failed-login lines (default 10 a minute).
     @param horizon: seconds ahead an attempt may be scheduled at most; an address
@@ -181,42 +183,51 @@ class LoginGuard:
         self.throttle = throttle
         self._log_budget = log_budget or LogBudget(clock)
         self.horizon = horizon
-        self.pending = 0     # checks handed to the checker and not answered yet
+        self._pending = collections.Counter()   # service -> checks not answered yet
         self.waiting = 0     # attempts slowed down, waiting for their turn
         self.refused_busy = 0
 
-    def authenticate(self, username, password, source=None):
-        """See L{IAuthenticator.authenticate}; C{source} is the client's address."""
+    @property
+    def pending(self):
+        """Checks handed to the checker and not answered yet, all services together."""
+        return sum(self._pending.values())
+
+    def authenticate(self, username, password, source=None, service=None):
+        """See L{IAuthenticator.authenticate}; C{source} is the client's address,
+        C{service} the connection service it came through."""
         delay = self.throttle.admit(source) if self.throttle and source else 0.0
         if delay <= 0:
-            d = self._check(username, password)
+            d = self._check(username, password, service)
         elif delay > self.horizon or self.waiting >= MAX_WAITING:
             d = defer.fail(LoginBusy(username, "slowed down past the horizon"))
         else:
             self.waiting += 1
-            d = task.deferLater(self._clock, delay, self._turn, username, password)
+            d = task.deferLater(self._clock, delay, self._turn, username, password,
+                                service)
         d.addErrback(self._failed, username, source)
         return d
 
-    def authenticate_anonymous(self, source=None):
+    def authenticate_anonymous(self, source=None, service=None):
         """See L{IAuthenticator.authenticate_anonymous} (no password, no hash)."""
         return self._checker.authenticate_anonymous()
 
-    def _turn(self, username, password):
+    def _turn(self, username, password, service):
         self.waiting -= 1
-        return self._check(username, password)
+        return self._check(username, password, service)
 
-    def _check(self, username, password):
-        if self.pending >= self.max_pending:
+    def _check(self, username, password, service):
+        if self._pending[service] >= self.max_pending:
             self.refused_busy += 1
             return defer.fail(LoginBusy(username))
-        self.pending += 1
+        self._pending[service] += 1
         d = self._checker.authenticate(username, password)
-        d.addBoth(self._answered)
+        d.addBoth(self._answered, service)
         return d
 
-    def _answered(self, result):
-        self.pending -= 1
+    def _answered(self, result, service):
+        self._pending[service] -= 1
+        if not self._pending[service]:
+            del self._pending[service]
         return result
 
     def _failed(self, failure, username, source):

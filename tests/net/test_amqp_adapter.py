@@ -45,12 +45,12 @@ class FakeAuthenticator:
     def __init__(self):
         self.requests = []
 
-    def authenticate(self, username, password, source=None):
+    def authenticate(self, username, password, source=None, service=None):
         d = defer.Deferred()
         self.requests.append(((username, password), d))
         return d
 
-    def authenticate_anonymous(self, source=None):
+    def authenticate_anonymous(self, source=None, service=None):
         d = defer.Deferred()
         self.requests.append((None, d))
         return d

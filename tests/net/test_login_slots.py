@@ -299,20 +299,20 @@ def test_a_protocol_without_slots_frees_the_sniffers():
     assert amqp.built and slots.held == 0
 
 
-def test_the_guard_learns_the_clients_address(tmp_path):
-    """The glue passes the client's host to the authenticator, so that failed logins
-    slow down that address only."""
+def test_the_guard_learns_the_clients_address_and_service(tmp_path):
+    """The glue passes the client's host and its service to the authenticator, so that
+    failed logins slow down that address only, and checks are bounded per service."""
     stomp = Stomp()
     seen = []
     original = stomp.authenticator.authenticate
 
-    def authenticate(username, password, source=None):
-        seen.append(source)
-        return original(username, password, source)
+    def authenticate(username, password, source=None, service=None):
+        seen.append((source, service))
+        return original(username, password, source, service)
     stomp.authenticator.authenticate = authenticate
     protocol, _ = stomp.connect()
     protocol.dataReceived(CONNECT)
-    assert seen == ["127.0.0.1"]
+    assert seen == [("127.0.0.1", "jms")]
     stomp.authenticator.succeed_all()
 
 

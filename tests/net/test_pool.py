@@ -577,12 +577,12 @@ class AnsweringAuthenticator:
     def __init__(self):
         self.pending = []
 
-    def authenticate(self, username, password, source=None):
+    def authenticate(self, username, password, source=None, service=None):
         d = defer.Deferred()
         self.pending.append(d)
         return d
 
-    def authenticate_anonymous(self, source=None):
+    def authenticate_anonymous(self, source=None, service=None):
         return self.authenticate(None, None)
 
     def succeed_all(self):

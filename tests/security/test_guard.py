@@ -24,12 +24,12 @@ class HeldChecker:
     def __init__(self):
         self.pending = []
 
-    def authenticate(self, username, password, source=None):
+    def authenticate(self, username, password, source=None, service=None):
         d = defer.Deferred()
         self.pending.append((username, password, d))
         return d
 
-    def authenticate_anonymous(self, source=None):
+    def authenticate_anonymous(self, source=None, service=None):
         return defer.succeed(Principal("guest", frozenset({"anonymous"}), True))
 
     def answer(self, index=0):
@@ -69,6 +69,20 @@ def test_checks_past_the_bound_are_refused_at_once_as_busy():
     failure = failure_of(refused, LoginBusy)
     assert "busy" in str(failure.value) and "try again" in str(failure.value)
     assert len(checker.pending) == 3 and not any(fired(d) for d in attempts)
+
+
+def test_the_bound_is_per_service():
+    """A flood that fills one service's checks does not refuse another service's
+    logins (the admin service stays reachable)."""
+    checker = HeldChecker()
+    guard = LoginGuard(checker, task.Clock(), max_pending=2)
+    for _ in range(2):
+        quiet(guard.authenticate("alice", "wrong", service="jms"))
+    failure_of(guard.authenticate("alice", "wrong", service="jms"), LoginBusy)
+    admin = guard.authenticate("alice", "right", service="admin")
+    checker.answer(2)
+    assert result_of(admin) == ALICE
+    assert guard.pending == 2
 
 
 def test_an_answered_check_frees_its_place():
