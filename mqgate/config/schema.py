@@ -435,8 +435,8 @@ KEYS = (
         "socket past it is closed at once. Per service, so that idle sockets on one "
         "service never take the admin service's room."),
     Key("mqgate.authentication.max_pending_checks", Int(1, 100000), "32",
-        "Password checks (a deliberately slow hash each) running or queued at most; a "
-        "login past it is refused at once as 'broker busy, try again later'."),
+        "Password checks (a deliberately slow hash each) running or queued at most, per "
+        "service; a login past it is refused at once as 'broker busy, try again later'."),
     Key("mqgate.authentication.failures.free", Int(0, 1000000), "5",
         "Failed logins from one address, within the window, that cost nothing; each "
         "further attempt from it waits half a second, doubling up to the maximum delay."),
