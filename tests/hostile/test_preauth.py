@@ -187,3 +187,22 @@ def test_an_amqp_socket_stalled_in_sasl_is_closed_at_the_deadline(broker_factory
     assert data.startswith(b"AMQP\x03\x01\x00\x00")   # the broker's SASL header
     assert closed and 1.5 < took < 4.0, took
     sock.close()
+
+
+def test_sockets_the_pool_refuses_are_closed_at_once(broker_factory):
+    """With the stomp service's pool full (two connections), a third STOMP socket is
+    told why in an ERROR frame and closed at once, before it sends anything, instead of
+    being held until a deadline."""
+    broker = broker_factory({"mqgate.stomp.max_threads": "4",
+                             "mqgate.stomp.min_threads": "4"})
+    address = broker.address("stomp")
+    held = [socket.create_connection(address, timeout=5) for _ in range(2)]
+    time.sleep(0.2)   # the broker accepts them (nothing to wait on from outside)
+    start = time.monotonic()
+    refused = socket.create_connection(address, timeout=5)
+    data, closed = read_until_closed(refused, 3)
+    assert closed and time.monotonic() - start < 1.0
+    assert error_message(data) == "resource limit exceeded"
+    assert b"mqgate.stomp.max_threads=4" in data
+    for sock in held + [refused]:
+        sock.close()
