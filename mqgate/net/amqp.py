@@ -44,8 +44,8 @@ class AmqpServerFactory(EngineFactory):
 
     def abandon(self, engine, why, description):
         # Before the SASL exchange is over, nothing can be said (close drops the socket).
-        condition = {"shutdown": c.CONNECTION_FORCED,
-                     "setup-timeout": c.UNAUTHORIZED_ACCESS}.get(why, c.RESOURCE_LIMIT_EXCEEDED)
+        condition = {"shutdown": c.CONNECTION_FORCED, "setup-timeout": c.UNAUTHORIZED_ACCESS,
+                     }.get(why, c.RESOURCE_LIMIT_EXCEEDED)
         engine.close(condition, description)
         engine.finished = True
 

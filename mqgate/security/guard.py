@@ -14,8 +14,9 @@ real authenticator and adds three rules:
 - B{slowed failures} (L{FailureThrottle}): after C{free_failures} failed logins from one
   address within C{window} seconds, each further attempt from it waits before it is
   checked, twice as long each time up to C{max_delay}, and attempts from one address
-  wait one behind the other, so that opening many connections at once does not help.
-  The table of addresses is bounded (least recently failed forgotten first);
+  wait one behind the other; attempts still being checked count as failures to come,
+  so that opening many connections at once buys no more free guesses. The table of
+  addresses is bounded (the least recently active forgotten first);
 - B{quiet logs} (L{LogBudget}): a failed login is logged with its address and user
   name, but at most C{lines} lines a minute; the next line says how many were left out.
 
@@ -86,26 +87,42 @@ class FailureThrottle:
     def admit(self, source):
         """Seconds from now at which an attempt from C{source} may be checked (0: now).
 
-        The attempt takes that turn: the next one from C{source} waits behind it."""
-        record = self._current(source)
-        if record is None or record.failures < self.free_failures:
+        The attempt takes that turn: the next one from C{source} waits behind it. Each
+        admitted attempt must be ended by L{failed} or L{settled}: until then it counts
+        as a failure to come."""
+        record = self._touch(source)
+        ahead = record.failures + record.in_flight
+        record.in_flight += 1
+        if ahead < self.free_failures:
             return 0.0
         now = self._clock.seconds()
-        turn = max(now, record.next_turn) + self._delay(record.failures)
+        turn = max(now, record.next_turn) + self._delay(ahead)
         record.next_turn = turn
         return turn - now
 
     def failed(self, source):
         """An attempt from C{source} failed."""
-        now = self._clock.seconds()
+        record = self._touch(source)
+        record.in_flight = max(0, record.in_flight - 1)
+        record.failures += 1
+
+    def settled(self, source):
+        """An attempt from C{source} ended without failing (or was never checked)."""
+        record = self._sources.get(source)
+        if record is not None:
+            record.in_flight = max(0, record.in_flight - 1)
+
+    def _touch(self, source):
+        """The record of C{source}, made the most recently active (created if need be;
+        the least recently active dropped past C{max_sources})."""
         record = self._current(source)
         if record is None:
             record = self._sources[source] = _Record()
-        record.failures += 1
-        record.last = now
+        record.last = self._clock.seconds()
         self._sources.move_to_end(source)
         while len(self._sources) > self.max_sources:
             self._sources.popitem(last=False)
+        return record
 
     def _delay(self, failures):
         doublings = min(failures - self.free_failures, _MAX_DOUBLINGS)
@@ -120,11 +137,12 @@ class FailureThrottle:
 
 
 class _Record:
-    __slots__ = ("failures", "last", "next_turn")
+    __slots__ = ("failures", "in_flight", "last", "next_turn")
 
     def __init__(self):
         self.failures = 0
-        self.last = 0.0
+        self.in_flight = 0     # admitted attempts not ended yet
+        self.last = 0.0        # last activity: the window counts from here
         self.next_turn = 0.0
 
 
@@ -195,7 +213,7 @@ class LoginGuard:
     def authenticate(self, username, password, source=None, service=None):
         """See L{IAuthenticator.authenticate}; C{source} is the client's address,
         C{service} the connection service it came through."""
-        delay = self.throttle.admit(source) if self.throttle and source else 0.0
+        delay = self.throttle.admit(source) if self.throttle is not None and source else 0.0
         if delay <= 0:
             d = self._check(username, password, service)
         elif delay > self.horizon or self.waiting >= MAX_WAITING:
@@ -204,7 +222,8 @@ class LoginGuard:
             self.waiting += 1
             d = task.deferLater(self._clock, delay, self._turn, username, password,
                                 service)
-        d.addErrback(self._failed, username, source)
+        d.addCallbacks(self._succeeded, self._failed, callbackArgs=(source,),
+                       errbackArgs=(username, source))
         return d
 
     def authenticate_anonymous(self, source=None, service=None):
@@ -230,12 +249,22 @@ class LoginGuard:
             del self._pending[service]
         return result
 
+    def _succeeded(self, principal, source):
+        if self.throttle is not None and source:
+            self.throttle.settled(source)
+        return principal
+
     def _failed(self, failure, username, source):
-        failure.trap(AuthenticationFailed)
         error = failure.value
-        busy = isinstance(error, LoginBusy)
-        if not busy and self.throttle is not None and source:
-            self.throttle.failed(source)
+        counted = isinstance(error, AuthenticationFailed) and not isinstance(error, LoginBusy)
+        if self.throttle is not None and source:
+            if counted:
+                self.throttle.failed(source)
+            else:
+                self.throttle.settled(source)
+        if not isinstance(error, AuthenticationFailed):
+            return failure
+        busy = not counted
         held = self._log_budget.take()
         if held is not None:
             self.log.info(

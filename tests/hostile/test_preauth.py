@@ -105,7 +105,8 @@ def run_all(target, count, *args):
     ("stomp", b"SEND\ndestination:/queue/a\ncontent-length:33554432\n\n", "not connected"),
     ("stomp", b"CONNECT\naccept-version:1.2\nhost:h\ncontent-length:33554432\n\n",
      "too much data before CONNECTED"),
-    ("jms", b"CONNECT\naccept-version:1.2\nhost:h\nx-huge:", "header line longer than 8192 bytes"),
+    ("jms", b"CONNECT\naccept-version:1.2\nhost:h\nx-huge:",
+     "header line longer than 8192 bytes"),
 ])
 def test_big_frames_before_login_are_cut_off(broker, probe, service, head, message):
     """8 sockets each trying to send a 32 MB frame before logging in are each answered

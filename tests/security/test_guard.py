@@ -147,7 +147,7 @@ def test_another_address_is_not_slowed_down():
 
 def test_parallel_attempts_from_one_address_wait_one_behind_the_other():
     """Many connections at once from a slowed-down address do not get parallel guesses:
-    their turns follow each other."""
+    their turns follow each other, each waiting as if those before it had failed."""
     clock = task.Clock()
     checker, guard = throttled(clock)
     for _ in range(2):
@@ -155,12 +155,36 @@ def test_parallel_attempts_from_one_address_wait_one_behind_the_other():
         checker.answer()
     for _ in range(3):
         quiet(guard.authenticate("alice", "wrong", "10.0.0.9"))
-    clock.advance(1)
-    assert len(checker.pending) == 1
-    clock.advance(1)
-    assert len(checker.pending) == 2
-    clock.advance(1)
-    assert len(checker.pending) == 3
+    seen = []
+    for _ in range(8):
+        clock.advance(1)
+        seen.append(len(checker.pending))
+    assert seen == [1, 1, 2, 2, 2, 2, 3, 3]
+
+
+def test_parallel_first_attempts_get_only_the_free_guesses():
+    """A fresh address opening many connections at once gets its free attempts checked
+    at once and no more: the attempts still being checked count as failures to come."""
+    clock = task.Clock()
+    checker, guard = throttled(clock)
+    attempts = [quiet(guard.authenticate("alice", "wrong", "10.0.0.5")) for _ in range(6)]
+    assert len(checker.pending) == 2 and guard.waiting == 4
+    for _ in range(2):
+        checker.answer()
+    assert all(fired(d) for d in attempts[:2])
+
+
+def test_a_success_ends_its_attempt_without_counting_a_failure():
+    """A correct login ends its attempt: it is no failure to come any more."""
+    clock = task.Clock()
+    checker, guard = throttled(clock)
+    d = guard.authenticate("alice", "right", "10.0.0.5")
+    checker.answer()
+    assert result_of(d) == ALICE
+    assert guard.throttle.failures("10.0.0.5") == 0
+    for _ in range(2):
+        quiet(guard.authenticate("alice", "wrong", "10.0.0.5"))
+    assert len(checker.pending) == 2 and guard.waiting == 0
 
 
 def test_an_address_slowed_past_the_horizon_is_refused_at_once():
@@ -173,7 +197,8 @@ def test_an_address_slowed_past_the_horizon_is_refused_at_once():
         checker.answer()
     waiting = [guard.authenticate("alice", "wrong", "10.0.0.9") for _ in range(40)]
     refused = [d for d in waiting if fired(d)]
-    assert len(refused) == 10 and guard.waiting == 30
+    # turns at 1, 3, 7, 11, ... 27 (each doubling its wait up to the cap of 4 s)
+    assert len(refused) == 32 and guard.waiting == 8
     failure_of(refused[0], LoginBusy)
     for d in waiting:
         quiet(d)
