@@ -13,6 +13,7 @@ from twisted.application import service
 from twisted.internet import defer
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
 
 from mqgate import __version__, sniff
 from mqgate.admin.requests import AdminContext, AdminRequests
@@ -177,13 +178,41 @@ def _authenticator(settings, reactor):
     for warning in warnings:
         log.warn("{warning}", warning=warning)
 
+    # The slow hashes run in a pool of their own, of fewer threads than CPUs: a login
+    # flood then neither fills the reactor's pool nor takes every core from the reactor.
+    pool = ThreadPool(minthreads=0, maxthreads=_check_threads(settings),
+                      name="mqgate-login")
+
     def run_in_thread(f, *args):
-        return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args)
+        return deferToThreadPool(reactor, pool, f, *args)
 
     checker = FileAuthenticator(
         repository, run_in_thread,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
-    return _login_guard(checker, settings, reactor)
+    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+
+
+def _check_threads(settings):
+    """Threads for password checks: the setting, or one fewer than the CPUs (at least
+    one) when it is 0."""
+    threads = settings["mqgate.authentication.check_threads"]
+    return threads or max(1, (os.cpu_count() or 2) - 1)
+
+
+class _ThreadPoolService(service.Service):
+    """Starts a thread pool with the broker and stops it (joining its threads) after
+    the services that use it, which stop first (they were started after it)."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def startService(self):
+        super().startService()
+        self.pool.start()
+
+    def stopService(self):
+        super().stopService()
+        self.pool.stop()
 
 
 def _login_guard(checker, settings, reactor):
@@ -213,10 +242,11 @@ def build_broker(settings, reactor):
         max_total_msg_bytes=settings["mqgate.autocreate.destination.maxTotalMsgBytes"],
         limit_behavior=settings["mqgate.autocreate.destination.limitBehavior"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
-    authenticator = _authenticator(settings, reactor)
+    authenticator, login_threads = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
+    login_threads.setServiceParent(top)
     registry = ServiceRegistry()
     _port_mapper(settings, reactor, registry).setServiceParent(top)
     # S9.7: the connected clients (each logged-in connection registers) and the

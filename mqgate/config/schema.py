@@ -437,6 +437,9 @@ KEYS = (
     Key("mqgate.authentication.max_pending_checks", Int(1, 100000), "32",
         "Password checks (a deliberately slow hash each) running or queued at most, per "
         "service; a login past it is refused at once as 'broker busy, try again later'."),
+    Key("mqgate.authentication.check_threads", Int(0, 256), "0",
+        "Threads that run password checks; 0 means one fewer than the CPUs (at least "
+        "one), so that a login flood always leaves a core to the broker's other work."),
     Key("mqgate.authentication.failures.free", Int(0, 1000000), "5",
         "Failed logins from one address, within the window, that cost nothing; each "
         "further attempt from it waits half a second, doubling up to the maximum delay."),

@@ -14,9 +14,11 @@ real authenticator and adds three rules:
 - B{slowed failures} (L{FailureThrottle}): after C{free_failures} failed logins from one
   address within C{window} seconds, each further attempt from it waits before it is
   checked, twice as long each time up to C{max_delay}, and attempts from one address
-  wait one behind the other; attempts still being checked count as failures to come,
-  so that opening many connections at once buys no more free guesses. The table of
-  addresses is bounded (the least recently active forgotten first);
+  wait one behind the other. Once an address has failed, its attempts still being
+  checked count as failures to come, so that opening many connections at once buys it
+  no more free guesses; an address without failures is not held back, so that many
+  clients behind one address may all log in at once (after a broker restart, say).
+  The table of addresses is bounded (the least recently active forgotten first);
 - B{quiet logs} (L{LogBudget}): a failed login is logged with its address and user
   name, but at most C{lines} lines a minute; the next line says how many were left out.
 
@@ -89,9 +91,9 @@ class FailureThrottle:
 
         The attempt takes that turn: the next one from C{source} waits behind it. Each
         admitted attempt must be ended by L{failed} or L{settled}: until then it counts
-        as a failure to come."""
+        as a failure to come, once C{source} has failed at all."""
         record = self._touch(source)
-        ahead = record.failures + record.in_flight
+        ahead = record.failures + record.in_flight if record.failures else 0
         record.in_flight += 1
         if ahead < self.free_failures:
             return 0.0

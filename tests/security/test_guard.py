@@ -162,16 +162,30 @@ def test_parallel_attempts_from_one_address_wait_one_behind_the_other():
     assert seen == [1, 1, 2, 2, 2, 2, 3, 3]
 
 
-def test_parallel_first_attempts_get_only_the_free_guesses():
-    """A fresh address opening many connections at once gets its free attempts checked
-    at once and no more: the attempts still being checked count as failures to come."""
+def test_parallel_first_attempts_from_a_clean_address_are_not_held_back():
+    """Many clients behind one address logging in at once (after a restart, say) are
+    all checked at once while that address has no failures."""
     clock = task.Clock()
     checker, guard = throttled(clock)
-    attempts = [quiet(guard.authenticate("alice", "wrong", "10.0.0.5")) for _ in range(6)]
-    assert len(checker.pending) == 2 and guard.waiting == 4
-    for _ in range(2):
+    for _ in range(6):
+        guard.authenticate("alice", "right", "10.0.0.5")
+    assert len(checker.pending) == 6 and guard.waiting == 0
+    for _ in range(6):
         checker.answer()
-    assert all(fired(d) for d in attempts[:2])
+
+
+def test_after_a_failure_parallel_attempts_get_only_the_free_guesses():
+    """Once an address has failed, opening many connections at once buys it no more
+    than its remaining free guesses: the attempts still being checked count as failures
+    to come."""
+    clock = task.Clock()
+    checker, guard = throttled(clock)
+    quiet(guard.authenticate("alice", "wrong", "10.0.0.5"))
+    checker.answer()
+    attempts = [quiet(guard.authenticate("alice", "wrong", "10.0.0.5")) for _ in range(6)]
+    assert len(checker.pending) == 1 and guard.waiting == 5
+    checker.answer()
+    assert fired(attempts[0])
 
 
 def test_a_success_ends_its_attempt_without_counting_a_failure():
