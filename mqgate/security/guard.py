@@ -43,12 +43,22 @@ MAX_WAITING = 1024
 _MAX_DOUBLINGS = 20
 
 
-class LoginBusy(AuthenticationFailed):
-    """Too many logins are being checked: this one was refused without a check."""
+_BUSY = "the broker is busy checking other logins; try again later"
+_SLOWED = "too many failed logins from this address; try again later"
 
-    def __init__(self, username, reason="too many logins being checked"):
+
+class LoginBusy(AuthenticationFailed):
+    """This login was refused without a check: too many are being checked, or its
+    address is slowed down too far.
+
+    @ivar setting: the setting an operator would change, for the log.
+    """
+
+    def __init__(self, username, reason="too many logins being checked",
+                 setting="mqgate.authentication.max_pending_checks", message=_BUSY):
         super().__init__(username, reason)
-        self.args = ("the broker is busy checking other logins; try again later",)
+        self.setting = setting
+        self.args = (message,)
 
     def __str__(self):
         return self.args[0]
@@ -218,8 +228,12 @@ class LoginGuard:
         delay = self.throttle.admit(source) if self.throttle is not None and source else 0.0
         if delay <= 0:
             d = self._check(username, password, service)
-        elif delay > self.horizon or self.waiting >= MAX_WAITING:
-            d = defer.fail(LoginBusy(username, "slowed down past the horizon"))
+        elif delay > self.horizon:
+            d = defer.fail(LoginBusy(
+                username, f"its address must wait {delay:.1f} s for its turn",
+                "mqgate.authentication.failures.max_delay", _SLOWED))
+        elif self.waiting >= MAX_WAITING:
+            d = defer.fail(LoginBusy(username, f"{MAX_WAITING} slowed-down logins waiting"))
         else:
             self.waiting += 1
             d = task.deferLater(self._clock, delay, self._turn, username, password,
@@ -264,18 +278,20 @@ class LoginGuard:
                 self.throttle.failed(source)
             else:
                 self.throttle.settled(source)
-        if not isinstance(error, AuthenticationFailed):
-            return failure
-        busy = not counted
-        held = self._log_budget.take()
-        if held is not None:
-            self.log.info(
-                "failed login from {source} as {user}: {reason}{more}", source=source or "?",
-                user=_short(error.username), reason=error.reason,
-                more=(f" ({held} more failed logins not logged)" if held else "")
-                + (f" (mqgate.authentication.max_pending_checks={self.max_pending})"
-                   if busy else ""))
+        if isinstance(error, AuthenticationFailed):
+            self._log_failure(error, source)
         return failure
+
+    def _log_failure(self, error, source):
+        held = self._log_budget.take()
+        if held is None:
+            return
+        more = f" ({held} more failed logins not logged)" if held else ""
+        if isinstance(error, LoginBusy):
+            more += f" (see {error.setting})"
+        self.log.info("failed login from {source} as {user}: {reason}{more}",
+                      source=source or "?", user=_short(error.username),
+                      reason=error.reason, more=more)
 
 
 def _short(name):

@@ -202,8 +202,9 @@ def test_a_success_ends_its_attempt_without_counting_a_failure():
 
 
 def test_an_address_slowed_past_the_horizon_is_refused_at_once():
-    """An attempt whose turn would come after the horizon is refused as busy at once,
-    instead of holding a timer for a client that will be gone by then."""
+    """An attempt whose turn would come after the horizon is refused at once, saying
+    its address has failed too often, instead of holding a timer for a client that will
+    be gone by then."""
     clock = task.Clock()
     checker, guard = throttled(clock)
     for _ in range(2):
@@ -213,7 +214,8 @@ def test_an_address_slowed_past_the_horizon_is_refused_at_once():
     refused = [d for d in waiting if fired(d)]
     # turns at 1, 3, 7, 11, ... 27 (each doubling its wait up to the cap of 4 s)
     assert len(refused) == 32 and guard.waiting == 8
-    failure_of(refused[0], LoginBusy)
+    failure = failure_of(refused[0], LoginBusy)
+    assert str(failure.value) == "too many failed logins from this address; try again later"
     for d in waiting:
         quiet(d)
 
