@@ -13,6 +13,7 @@ from twisted.application import service
 from twisted.internet import defer
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
 
 from mqgate import __version__, sniff
 from mqgate.admin.requests import AdminContext, AdminRequests
@@ -32,7 +33,7 @@ from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.loadwatch import LoadFactorService
 from mqgate.net.ping import PingService
-from mqgate.net.pool import ServicePool
+from mqgate.net.pool import LoginSlots, ServicePool
 from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
@@ -40,6 +41,7 @@ from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoi
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.auth import FileAuthenticator
+from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
 from mqgate.security.passfile import find_password
 from mqgate.security.users import (
@@ -177,11 +179,56 @@ def _authenticator(settings, reactor):
     for warning in warnings:
         log.warn("{warning}", warning=warning)
 
-    def run_in_thread(f, *args):
-        return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args)
+    # The slow hashes run in a pool of their own, of fewer threads than CPUs: a login
+    # flood then neither fills the reactor's pool nor takes every core from the reactor.
+    pool = ThreadPool(minthreads=0, maxthreads=_check_threads(settings),
+                      name="mqgate-login")
 
-    return FileAuthenticator(repository, run_in_thread,
-                             allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    def run_in_thread(f, *args):
+        return deferToThreadPool(reactor, pool, f, *args)
+
+    checker = FileAuthenticator(
+        repository, run_in_thread,
+        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+
+
+def _check_threads(settings):
+    """Threads for password checks: the setting, or one fewer than the CPUs (at least
+    one) when it is 0."""
+    threads = settings["mqgate.authentication.check_threads"]
+    return threads or max(1, (os.cpu_count() or 2) - 1)
+
+
+class _ThreadPoolService(service.Service):
+    """Starts a thread pool with the broker and stops it (joining its threads) after
+    the services that use it, which stop first (they were started after it)."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def startService(self):
+        super().startService()
+        self.pool.start()
+
+    def stopService(self):
+        super().stopService()
+        self.pool.stop()
+
+
+def _login_guard(checker, settings, reactor):
+    """The bounds and the slowing down of failed logins around C{checker} (S4.2)."""
+    throttle = FailureThrottle(
+        reactor, free_failures=settings["mqgate.authentication.failures.free"],
+        window=settings["mqgate.authentication.failures.window"],
+        max_delay=settings["mqgate.authentication.failures.max_delay"],
+        max_sources=settings["mqgate.authentication.failures.max_addresses"])
+    # An attempt slowed down past three quarters of the login deadline is refused at
+    # once: its answer would come too close to the deadline (or after it) to be heard.
+    return LoginGuard(
+        checker, reactor, throttle=throttle,
+        max_pending=settings["mqgate.authentication.max_pending_checks"],
+        horizon=0.75 * settings["mqgate.authentication.client.response.timeout"])
 
 
 def build_broker(settings, reactor):
@@ -202,10 +249,11 @@ def build_broker(settings, reactor):
         max_name_length=settings["mqgate.destination.max_name_length"],
         max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
-    authenticator = _authenticator(settings, reactor)
+    authenticator, login_threads = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
+    login_threads.setServiceParent(top)
     registry = ServiceRegistry()
     _port_mapper(settings, reactor, registry).setServiceParent(top)
     # S9.7: the connected clients (each logged-in connection registers) and the
@@ -290,8 +338,13 @@ def _attach_pool(top, name, factory, settings, reactor):
     """Give every protocol factory of service C{name} the service's one thread pool
     (S1.6): AMQP and STOMP on one port share its workers."""
     pool = top.pools[name] = ServicePool.from_settings(name, settings, reactor)
+    # S4.2: the service's own room for sockets that have not logged in yet, taken by
+    # the sniffer first when there is one and handed on with the connection.
+    slots = LoginSlots(name, settings["mqgate.authentication.max_unauthenticated"], reactor)
+    factory.login_slots = slots
     for inner in getattr(factory, "factories", {}).values() or (factory,):
         inner.pool = pool
+        inner.login_slots = slots
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
@@ -316,6 +369,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
         factories[sniff.STOMP] = StompServerFactory(
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
             setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat), egress=egress,
+            max_unauthenticated_bytes=settings["mqgate.authentication.client.max_bytes"],
             glue_config=StompGlueConfig(
                 max_message_size=settings["mqgate.message.max_size"], service=name,
                 render_limits=RenderLimits(

@@ -477,8 +477,38 @@ KEYS = (
         "File name of the password file."),
     Key("mqgate.authentication.anonymous.enabled", Bool(), "true",
         "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
-    Key("mqgate.authentication.client.response.timeout", Seconds(0), "180",
-        "Seconds a client has to answer an authentication challenge."),
+    Key("mqgate.authentication.client.response.timeout", Seconds(0), "20",
+        "Seconds a client has from connecting until it is logged in (AMQP: SASL and open; "
+        "STOMP: CONNECTED); past it the connection is closed. Short (OpenMQ waits 180), "
+        "because a socket that has not logged in holds a slot and memory for nothing, "
+        "and a real client logs in within a second or two; 20 leaves room for a slow "
+        "network and for failed-login delays (S4.2)."),
+    # -- before login: what an unauthenticated client may cost (S4.2, S10.4) --
+    Key("mqgate.authentication.client.max_bytes", Size(), "16k",
+        "Bytes a STOMP client may send before it is logged in (its CONNECT frame and "
+        "anything pipelined behind it); past it the client gets an ERROR. A CONNECT is a "
+        "few hundred bytes, a bearer token as passcode a few KiB."),
+    Key("mqgate.authentication.max_unauthenticated", Int(1, 1000000), "128",
+        "Connections per service that may be open without having logged in yet; a new "
+        "socket past it is closed at once. Per service, so that idle sockets on one "
+        "service never take the admin service's room."),
+    Key("mqgate.authentication.max_pending_checks", Int(1, 100000), "32",
+        "Password checks (a deliberately slow hash each) running or queued at most, per "
+        "service; a login past it is refused at once as 'broker busy, try again later'."),
+    Key("mqgate.authentication.check_threads", Int(0, 256), "0",
+        "Threads that run password checks; 0 means one fewer than the CPUs (at least "
+        "one), so that a login flood always leaves a core to the broker's other work."),
+    Key("mqgate.authentication.failures.free", Int(0, 1000000), "5",
+        "Failed logins from one address, within the window, that cost nothing; each "
+        "further attempt from it waits half a second, doubling up to the maximum delay."),
+    Key("mqgate.authentication.failures.window", Seconds(1, 86400), "60",
+        "Seconds after its last failed login that an address is forgiven."),
+    Key("mqgate.authentication.failures.max_delay", Seconds(1, 3600), "10",
+        "Longest wait, in seconds, imposed between two login attempts from an address "
+        "with failed logins; keep it below the client response timeout."),
+    Key("mqgate.authentication.failures.max_addresses", Int(1, 10000000), "10000",
+        "Addresses with failed logins remembered at most (the least recent forgotten "
+        "first)."),
     # -- persistence: the store and the file store's knobs (S3.2, S3.3, S3.4) --
     Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
         "Where persistent messages, destinations and durable subscriptions are kept: "

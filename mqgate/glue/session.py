@@ -74,11 +74,17 @@ class BrokerSession:
         self.principal = None
 
     def _login(self, username, password):
-        """Check credentials off the reactor thread (S4.2); None means anonymous."""
+        """Check credentials off the reactor thread (S4.2); None means anonymous.
+
+        The authenticator is told the client's address and the service: failed logins
+        slow down the next attempts from the same address, not from everyone, and a
+        flood on one service does not refuse another's logins."""
+        source = self.peer.rpartition(":")[0] or None   # "host:port" -> host
+        service = getattr(self.config, "service", None)
         if username is None:
-            d = self.authenticator.authenticate_anonymous()
+            d = self.authenticator.authenticate_anonymous(source, service)
         else:
-            d = self.authenticator.authenticate(username, password or "")
+            d = self.authenticator.authenticate(username, password or "", source, service)
         d.addCallbacks(self._authenticated, self._not_authenticated)
         d.addErrback(lambda f: self.log.failure("authentication outcome", f))
 

@@ -43,6 +43,12 @@ class AmqpServerFactory(EngineFactory):
         return engine, glue
 
     def abandon(self, engine, why, description):
-        condition = c.CONNECTION_FORCED if why == "shutdown" else c.RESOURCE_LIMIT_EXCEEDED
+        # Before the SASL exchange is over, nothing can be said (close drops the socket).
+        condition = {"shutdown": c.CONNECTION_FORCED, "setup-timeout": c.UNAUTHORIZED_ACCESS,
+                     }.get(why, c.RESOURCE_LIMIT_EXCEEDED)
         engine.close(condition, description)
         engine.finished = True
+
+    def wave_through(self, engine):
+        """A refused client's SASL succeeds unchecked; it is closed at its open."""
+        return engine.sasl_outcome(True)

@@ -11,6 +11,8 @@ The glue calls: C{request_flush} (through the factory's L{Flusher}) when output 
 produced outside C{dataReceived}: an authentication result, or deliveries routed here
 from another connection's producer.
 The factory calls: C{shutdown} when the broker stops.
+The sniffer (L{mqgate.net.unify}) calls C{adopt_login_slot} before C{makeConnection}
+when it already took this socket's place among the unauthenticated.
 The service's thread pool (L{mqgate.net.pool}, S1.6), when the factory has one, admits
 or refuses each connection and decides when its bytes are processed: C{process_inbound},
 C{pause_inbound}, C{resume_inbound}.
@@ -18,6 +20,11 @@ The glue calls C{pause_reading}/C{resume_reading} when a producer of the connect
 blocked by a full destination (S2.7). Either side may pause the socket: it is read again
 only when neither wants it paused (the reasons are kept in a set, so neither side's
 resume undoes the other's pause).
+
+Before login (S4.2) a connection holds a slot of the service's L{LoginSlots} (none left:
+it is refused at once, in its protocol's words where it can have any) and must be logged
+in within the factory's C{setup_timeout}; a connection the pool has no room for is told
+so and dropped within a few seconds, its credentials never checked.
 """
 
 import socket
@@ -30,12 +37,17 @@ from zope.interface import implementer
 from mqgate.glue.egress import EgressContext
 
 from mqgate.net.pool import RefusalGate
+from mqgate.security.guard import LogBudget
 
 __all__ = ["EngineProtocol", "EngineFactory", "Flusher"]
 
 # Why a connection's socket is paused (EngineProtocol._pauses).
 _POOL = "pool"
 _FLOW = "flow-control"
+
+# Seconds a connection the pool refused has to hear why (an AMQP client needs its SASL
+# and header exchange first) before it is dropped without more words.
+REFUSAL_GRACE = 5.0
 
 
 class Flusher:
@@ -109,8 +121,10 @@ class EngineProtocol(Protocol):
         self._tick_call = None
         self._awaiting_ready = True
         self._setup_deadline = None
+        self._setup_timeout = None
         self._lane = None       # the pool's way in for our bytes (S1.6); None: direct
         self.refused = None     # why the pool had no room for us, or None
+        self._login_slot = None  # our place among the unauthenticated (LoginSlots)
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
         self._writing_paused = False   # the transport's send buffer is full (S9.3)
 
@@ -122,9 +136,37 @@ class EngineProtocol(Protocol):
         self.engine, self.glue = factory.make_session(self)
         self.transport.registerProducer(self, True)
         factory.connections.add(self)
-        self._join_pool()
-        self._setup_deadline = factory.clock.seconds() + factory.setup_timeout
+        if not self._take_login_slot():
+            self._refuse_now(factory.login_slots.refusal_description())
+            return
+        timeout = factory.setup_timeout
+        if not self._join_pool():
+            timeout = min(timeout, REFUSAL_GRACE)
+        self._setup_timeout = timeout
+        self._setup_deadline = factory.clock.seconds() + timeout
         self._schedule_tick(self._setup_deadline)
+
+    def adopt_login_slot(self, slot):
+        """Keep the slot the sniffer took for this socket (see L{LoginSlots})."""
+        self._login_slot = slot
+
+    def _take_login_slot(self):
+        """Our place among the service's unauthenticated sockets; False if none left."""
+        slots = self.factory.login_slots
+        if self._login_slot is None and slots is not None:
+            self._login_slot = slots.take()
+            return self._login_slot is not None
+        return True
+
+    def _release_login_slot(self):
+        slot, self._login_slot = self._login_slot, None
+        if slot is not None:
+            slot.release()
+
+    def _refuse_now(self, description):
+        """Say C{description} if the protocol can before the peer has spoken, and go."""
+        self.factory.abandon(self.engine, "capacity", description)
+        self.flush()
 
     def dataReceived(self, data):
         """Bytes from the peer: now (dedicated) or in the distributor's turn (shared)."""
@@ -179,20 +221,29 @@ class EngineProtocol(Protocol):
     # -- the service's thread pool (S1.6) ------------------------------------------------
 
     def _join_pool(self):
+        """Take our workers from the service's pool; False if it has no room for us."""
         pool = self.factory.pool
         if pool is None:
-            return
+            return True
         self._lane = pool.admit(self)
-        if self._lane is None:
-            self.refused = pool.refusal_description()
-            self.log.info("connection from {peer} refused: {why}", peer=self.peer,
-                          why=self.refused)
-            # The refusal is said in the protocol's words once the engine can speak;
-            # until then (an AMQP login) the connection goes on as usual.
-            self.glue.handle = RefusalGate(self.glue.handle, self._say_refused)
+        if self._lane is not None:
+            return True
+        self.refused = pool.refusal_description()
+        self.factory.log_budgeted("connection from {peer} refused: {why}",
+                                  peer=self.peer, why=self.refused)
+        if self.factory.speaks_first:
+            self._refuse_now(self.refused)
+        else:
+            # The refusal is said in the protocol's words once the engine can speak:
+            # an AMQP client first gets through SASL, unchecked, then hears it.
+            self.glue.handle = RefusalGate(self._say_refused, self._wave_through)
+        return False
 
     def _say_refused(self):
         self.factory.abandon(self.engine, "capacity", self.refused)
+
+    def _wave_through(self, event):
+        self.glue.handle(self.factory.wave_through(self.engine))
 
     def _leave_pool(self):
         lane, self._lane = self._lane, None
@@ -247,6 +298,7 @@ class EngineProtocol(Protocol):
             # the peer's heart-beat or idle timeout is known, so the engine's timers
             # start at once, not at the set-up deadline (S1.7).
             self._awaiting_ready = False
+            self._release_login_slot()
             self._cancel_tick()
             self._tick()
             return
@@ -268,6 +320,7 @@ class EngineProtocol(Protocol):
     def connectionLost(self, reason):
         """The transport is gone: everything unsettled goes back to its queue."""
         self.factory.connections.discard(self)
+        self._release_login_slot()
         self._cancel_tick()
         self._leave_pool()  # processes what was received and not yet processed
         if self.engine is not None:
@@ -329,8 +382,12 @@ class EngineProtocol(Protocol):
             if now >= self._setup_deadline:
                 # A peer that never completes its handshake holds a connection for
                 # nothing (S4.2: the client response timeout).
+                self.factory.log_budgeted(
+                    "closing connection from {peer}: not logged in within {timeout:g} s "
+                    "(mqgate.authentication.client.response.timeout)", peer=self.peer,
+                    timeout=self._setup_timeout)
                 self.factory.abandon(engine, "setup-timeout",
-                                     "no handshake within the connection set-up timeout")
+                                     "not logged in within the time allowed for it")
             else:
                 deadline = min(deadline or self._setup_deadline, self._setup_deadline)
         self.flush()
@@ -360,8 +417,11 @@ class EngineFactory(Factory):
         one service (AMQP and STOMP on one port) share the service's pool.
     """
 
+    _logger = Logger()
     protocol = EngineProtocol
     pool = None
+    login_slots = None  # the service's LoginSlots (S4.2), or None: no limit
+    speaks_first = False  # whether the protocol may send its error before the peer spoke
     noisy = False  # ConnectionService logs one line per service; per-connection is noise
 
     def __init__(self, *, clock, flusher, setup_timeout, egress=None):
@@ -369,6 +429,9 @@ class EngineFactory(Factory):
         self.flusher = flusher
         self.setup_timeout = setup_timeout
         self.connections = set()
+        # Lines about refused and timed-out connections, which a flood of sockets could
+        # otherwise turn into a flood of lines.
+        self._log_budget = LogBudget(clock, lines=10, interval=60.0)
         # What every connection's egress shares (S9.4-S9.7); one per broker.
         self.egress = egress if egress is not None else EgressContext(clock)
 
@@ -381,8 +444,20 @@ class EngineFactory(Factory):
 
     def abandon(self, engine, why, description):
         """Make the engine say goodbye (C{why}: "shutdown", "setup-timeout" or
-        "capacity": the pool is full, S1.6)."""
+        "capacity": the pool or the unauthenticated slots are full, S1.6, S4.2)."""
         raise NotImplementedError
+
+    def wave_through(self, engine):
+        """Answer a refused connection's login as if it succeeded, unchecked, so that
+        its protocol can say why it is refused next; return the engine's events."""
+        raise NotImplementedError
+
+    def log_budgeted(self, text, **fields):
+        """Log at info level, within the factory's budget of lines a minute."""
+        held = self._log_budget.take()
+        if held is not None:
+            self._logger.info(text + "{more}", more=(f" ({held} similar lines not logged)"
+                                                 if held else ""), **fields)
 
     def shutdown(self):
         """Close every connection in its protocol's own words."""

@@ -53,14 +53,16 @@ gives the figures for the admin layer and metrics (S1.6: in use, idle, refused).
 import collections
 
 import attrs
+from twisted.logger import Logger
 
 from mqgate.amqp.events import AuthenticationRequested
 from mqgate.errors import ConfigError
+from mqgate.security.guard import LogBudget
 
 __all__ = [
     "DEDICATED", "SHARED", "WORKERS_PER_CONNECTION", "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_TURN_BUDGET", "DEFAULT_BACKLOG_LIMIT", "PoolConfig", "ServicePool",
-    "Distributor", "RefusalGate",
+    "Distributor", "RefusalGate", "LoginSlots",
 ]
 
 DEDICATED = "dedicated"
@@ -435,35 +437,102 @@ class ServicePool:
             distributor.stop()
 
 
-# Events a refused connection still hands to its glue: AMQP can only close once SASL is
-# over and the AMQP header exchanged (Part 2 section 2.4.1, Part 5 section 5.3), so the
-# login runs as usual; STOMP can send its ERROR at once (STOMP 1.2 "ERROR").
-_PASSED_WHILE_REFUSED = (AuthenticationRequested,)
+class LoginSlots:
+    """Room for the connections of one service that have not logged in yet (S4.2).
+
+    Every socket takes a slot when it connects (the sniffer's, handed on to the
+    protocol it hands the connection to) and gives it back once it is logged in or
+    gone. Past C{limit} a new socket is refused at once: a socket that has not logged in
+    costs memory and a descriptor, and idle sockets must not crowd out clients that
+    would log in. Each service has its own slots, so sockets on one service never take
+    another's (the admin service keeps its room whatever happens on jms).
+
+    @param service: the service's name, for the refusal.
+    @param limit: slots at most (C{mqgate.authentication.max_unauthenticated}).
+    @param clock: an C{IReactorTime}, for the budget of refusal log lines.
+    """
+
+    log = Logger()
+
+    def __init__(self, service, limit, clock):
+        if limit < 1:
+            raise ConfigError("mqgate.authentication.max_unauthenticated", str(limit),
+                              "at least 1")
+        self.service = service
+        self.limit = limit
+        self.held = 0
+        self.refused = 0
+        self._log_budget = LogBudget(clock, lines=5, interval=60.0)
+
+    def take(self):
+        """A slot for a new socket (C{release()} it), or None: refuse the socket now."""
+        if self.held >= self.limit:
+            self.refused += 1
+            self._log_refusal()
+            return None
+        self.held += 1
+        return _LoginSlot(self)
+
+    def refusal_description(self):
+        """What a refused client is told (in its protocol's words where known)."""
+        return (f"service {self.service} has {self.held} connections that have not "
+                f"logged in yet, its limit; try again later")
+
+    def _log_refusal(self):
+        held_back = self._log_budget.take()
+        if held_back is not None:
+            self.log.warn(
+                "service {service}: new socket closed at once, {held} connections have "
+                "not logged in yet (mqgate.authentication.max_unauthenticated={limit})"
+                "{more}", service=self.service, held=self.held, limit=self.limit,
+                more=f"; {held_back} more refusals not logged" if held_back else "")
+
+
+class _LoginSlot:
+    """One socket's place among the unauthenticated; released once, whatever calls."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, slots):
+        self._slots = slots
+
+    def release(self):
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.held -= 1
+
+
+# Events a refused connection answers without its glue: AMQP can only close once SASL
+# is over and the AMQP header exchanged (Part 2 section 2.4.1, Part 5 section 5.3), so
+# the login is answered at once, unchecked; STOMP is refused before its CONNECT.
+_ANSWERED_WHILE_REFUSED = (AuthenticationRequested,)
 
 
 class RefusalGate:
     """The C{handle} of a refused connection's glue (S1.6).
 
-    Authentication events pass to the real C{handle}; at the first other event (the
-    AMQP open, the STOMP CONNECT) C{goodbye()} is called once, and from then on nothing
-    reaches the glue: a refused peer never gets a session, a link or a message in.
+    A login is answered by C{wave_through(event)} without a password check (the
+    connection is closed at the next step, so a slow hash would be wasted on it); at
+    the first other event (the AMQP open, the STOMP CONNECT) C{goodbye()} is called
+    once, and from then on nothing reaches the glue: a refused peer never gets a
+    session, a link or a message in.
 
     It replaces C{handle} on the glue I{instance}, because a glue re-enters its own
     C{self.handle} with the events an authentication outcome releases (the frames a
     client pipelined behind its login); a wrapper around the glue would miss those.
     """
 
-    def __init__(self, handle, goodbye):
-        self._handle = handle
+    def __init__(self, goodbye, wave_through):
         self._goodbye = goodbye
+        self._wave_through = wave_through
         self.closed = False
 
     def __call__(self, events):
         for event in events:
             if self.closed:
                 return
-            if isinstance(event, _PASSED_WHILE_REFUSED):
-                self._handle([event])
+            if isinstance(event, _ANSWERED_WHILE_REFUSED):
+                self._wave_through(event)
             else:
                 self.closed = True
                 self._goodbye()

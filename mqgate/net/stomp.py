@@ -6,7 +6,7 @@ its broker glue (S10.2).
 from mqgate import __version__
 from mqgate.glue.stomp import StompBrokerSession
 from mqgate.net.engine import EngineFactory
-from mqgate.stomp.connection import StompConnection
+from mqgate.stomp.connection import DEFAULT_UNAUTHENTICATED_BYTES, StompConnection
 from mqgate.stomp.frames import FrameLimits
 
 __all__ = ["StompServerFactory"]
@@ -15,10 +15,15 @@ __all__ = ["StompServerFactory"]
 class StompServerFactory(EngineFactory):
     """Builds STOMP connections for one connection service."""
 
+    # A STOMP server may send ERROR at any time: a refused client hears why at once.
+    speaks_first = True
+
     def __init__(self, *, broker, authenticator, clock, flusher, glue_config,
-                 setup_timeout, heartbeat=(10000, 10000), egress=None):
+                 setup_timeout, heartbeat=(10000, 10000), egress=None,
+                 max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES):
         super().__init__(clock=clock, flusher=flusher, setup_timeout=setup_timeout,
                          egress=egress)
+        self.max_unauthenticated_bytes = max_unauthenticated_bytes
         self.broker = broker
         self.authenticator = authenticator
         self.glue_config = glue_config
@@ -29,7 +34,8 @@ class StompServerFactory(EngineFactory):
         engine = StompConnection(server=True, server_name=f"mqgate/{__version__}",
                                  heartbeat=self.heartbeat,
                                  limits=FrameLimits(max_body_size=direct,
-                                                    max_guaranteed_size=guaranteed))
+                                                    max_guaranteed_size=guaranteed),
+                                 max_unauthenticated_bytes=self.max_unauthenticated_bytes)
         glue = StompBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                   self.glue_config, protocol.request_flush,
                                   peer=protocol.peer, pause_reading=protocol.pause_reading,

@@ -16,7 +16,15 @@ given the transport and the kind. The default writes the AMQP 1.0 protocol heade
 and closes, which is what AMQP s2.2 asks a server to do with a header it does not
 support, and is harmless to anything else.
 
-The buffer is bounded by L{mqgate.sniff.SNIFF_BUDGET}: past it, sniff answers.
+What a client may cost before the protocol is known is bounded (S4.2): the buffer
+holds less than L{mqgate.sniff.SNIFF_BUDGET} bytes between reads (past it, sniff
+answers), so at most that plus one read is ever held, and the protocol it is handed to
+applies its own budget for clients not logged in to all of it; a client has C{timeout}
+seconds to be recognised; and every socket takes a slot of the factory's
+C{login_slots} (L{mqgate.net.pool.LoginSlots}) when it connects, handed on with the
+connection to a protocol that takes it (C{adopt_login_slot}) and given back otherwise.
+A socket that finds no slot left is closed at once: before its first bytes nothing
+can be said in its protocol's words.
 """
 
 from twisted.internet.interfaces import IHalfCloseableProtocol, IHandshakeListener
@@ -24,6 +32,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import alsoProvides
 
+from mqgate.security.guard import LogBudget
 from mqgate.sniff import NEED_MORE, UNKNOWN, Kind, sniff
 
 __all__ = [
@@ -67,6 +76,7 @@ class PortUnificationProtocol(Protocol):
         self.kind = None
         self._buffer = bytearray()
         self._call = None
+        self._slot = None
 
     def logPrefix(self):
         """The inner protocol's prefix once there is one."""
@@ -75,7 +85,16 @@ class PortUnificationProtocol(Protocol):
         return self.__class__.__name__
 
     def connectionMade(self):
-        """Start the clock on the client's first bytes."""
+        """Take a slot among the unauthenticated and start the clock on the client's
+        first bytes; with no slot left, close at once."""
+        slots = self.factory.login_slots
+        if slots is not None:
+            self._slot = slots.take()
+            if self._slot is None:
+                self.kind = UNKNOWN   # decided: nothing more is read
+                self._buffer = None
+                self.transport.abortConnection()
+                return
         self._call = self.factory.clock.callLater(self.factory.timeout, self._timed_out)
 
     def dataReceived(self, data):
@@ -92,6 +111,7 @@ class PortUnificationProtocol(Protocol):
     def connectionLost(self, reason):
         """Forward to the inner protocol (if any) and forget the timer."""
         self._cancel()
+        self._release_slot()
         self._buffer = None
         inner, self.inner = self.inner, None
         if inner is not None:
@@ -126,6 +146,12 @@ class PortUnificationProtocol(Protocol):
     def _hand_over(self, inner):
         buffered, self._buffer = bytes(self._buffer), None
         self.inner = inner
+        slot, self._slot = self._slot, None
+        adopt = getattr(inner, "adopt_login_slot", None)
+        if adopt is not None and slot is not None:
+            adopt(slot)
+        elif slot is not None:
+            slot.release()
         for interface in _FORWARDED_INTERFACES:
             if interface.providedBy(inner):
                 alsoProvides(self, interface)
@@ -136,17 +162,26 @@ class PortUnificationProtocol(Protocol):
             self.inner.dataReceived(buffered)
 
     def _reject(self, kind):
+        self._release_slot()
         first, self._buffer = bytes(self._buffer or b""), None
-        self.log.info("connection from {peer} rejected: {why} (first bytes {first!r})",
-                      peer=self.transport.getPeer(), first=first[:16],
-                      why=("nothing recognisable in time" if kind is NEED_MORE
-                           else f"no service for {kind.value}"))
+        held = self.factory.log_budget.take()
+        if held is not None:
+            self.log.info("connection from {peer} rejected: {why} (first bytes {first!r})"
+                          "{more}", peer=self.transport.getPeer(), first=first[:16],
+                          why=("nothing recognisable in time" if kind is NEED_MORE
+                               else f"no service for {kind.value}"),
+                          more=f" ({held} more rejections not logged)" if held else "")
         self.factory.rejection(self.transport, kind)
 
     def _timed_out(self):
         self._call = None
         self.kind = NEED_MORE
         self._reject(NEED_MORE)
+
+    def _release_slot(self):
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
 
     def _cancel(self):
         if self._call is not None and self._call.active():
@@ -162,11 +197,14 @@ class PortUnificationFactory(Factory):
         AMQP_SASL usually do). A kind that is absent is rejected.
     @ivar clock: an C{IReactorTime} for the sniffing timeout.
     @ivar timeout: seconds a client has to send something recognisable.
+    @ivar login_slots: the service's L{mqgate.net.pool.LoginSlots}, or None (no limit).
     @ivar rejection: C{rejection(transport, kind)}, called for an unrecognisable
         client (kind L{UNKNOWN}), a kind without a factory or whose factory's
         C{buildProtocol} returned C{None} (that kind), or a timeout (L{NEED_MORE}).
         It must close the transport.
     """
+
+    login_slots = None
 
     def __init__(self, factories, clock, timeout=DEFAULT_TIMEOUT,
                  rejection=reject_with_amqp_header):
@@ -174,6 +212,8 @@ class PortUnificationFactory(Factory):
         self.clock = clock
         self.timeout = timeout
         self.rejection = rejection
+        # A flood of sockets must not become a flood of log lines.
+        self.log_budget = LogBudget(clock, lines=10, interval=60.0)
 
     def buildProtocol(self, addr):
         """A sniffing L{PortUnificationProtocol}."""

@@ -15,6 +15,8 @@ password. The real reason is on the exception's C{reason} attribute, for the log
 audit trail (S4.8).
 """
 
+import collections
+
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -28,11 +30,14 @@ __all__ = ["AuthenticationFailed", "Principal", "IAuthenticator", "FileAuthentic
 # Longest user name echoed back in a failure message; a client may send anything.
 _MAX_ECHOED_NAME = 64
 
-# Checked when the user does not exist, so that an unknown name costs as much as a
-# wrong password and response times do not reveal which names exist. It matches no
-# password (its expected hash is all zeros), but computes the same PBKDF2 work.
-_DUMMY_HASH = (f"pbkdf2-sha256${_users.DEFAULT_ITERATIONS}$"
-               f"{'A' * 22}==${'A' * 43}=")
+
+
+def _dummy_hash(iterations):
+    """A hash that matches no password (its expected value is all zeros) but costs
+    the same PBKDF2 work as a real entry of C{iterations} rounds."""
+    return f"pbkdf2-sha256${iterations}${'A' * 22}==${'A' * 43}="
+
+
 
 
 def _echo(name):
@@ -79,16 +84,20 @@ class Principal:
 class IAuthenticator(Interface):
     """Checks credentials against a user repository (S4.2)."""
 
-    def authenticate(username, password):
+    def authenticate(username, password, source=None, service=None):
         """Authenticate with a user name and password.
 
         @type username: L{str}
         @type password: L{str}
+        @param source: the client's address (a host), for the failed-login rules of
+            an implementation that has them; None when unknown.
+        @param service: the connection service the client came through (its bounds
+            are kept per service where an implementation has them), or None.
         @return: a L{Deferred} firing with a L{Principal}, or failing with
             L{AuthenticationFailed}.
         """
 
-    def authenticate_anonymous():
+    def authenticate_anonymous(source=None, service=None):
         """Authenticate a client that gave no credentials (SASL ANONYMOUS).
 
         @return: a L{Deferred} firing with a L{Principal} whose C{anonymous} is true,
@@ -114,15 +123,20 @@ class FileAuthenticator:
         self._repository = repository
         self._run_in_thread = run_in_thread
         self._allow_anonymous = allow_anonymous
+        self._dummy = _dummy_hash(_usual_iterations(repository))
 
-    def authenticate(self, username, password):
-        """See L{IAuthenticator.authenticate}."""
+    def authenticate(self, username, password, source=None, service=None):
+        """See L{IAuthenticator.authenticate}.
+
+        Every attempt costs one PBKDF2 check of the repository's usual strength, whether
+        the user exists or not and whatever form its entry has, so that the time of an
+        answer tells nothing about either (S4.2)."""
         d = self._run_in_thread(self._check, username, password)
         d.addCallback(self._upgrade_legacy, password)
         d.addCallback(self._principal, anonymous=False)
         return d
 
-    def authenticate_anonymous(self):
+    def authenticate_anonymous(self, source=None, service=None):
         """See L{IAuthenticator.authenticate_anonymous}."""
         if not self._allow_anonymous:
             return defer.fail(AuthenticationFailed(None, "anonymous not allowed"))
@@ -135,8 +149,13 @@ class FileAuthenticator:
         """Runs in a thread: the L{User} if the password is right, else raise."""
         user = self._repository.get(username)
         if user is None:
-            _users.verify_password(_DUMMY_HASH, username, password)
+            _users.verify_password(self._dummy, username, password)
             raise AuthenticationFailed(username, "unknown user")
+        legacy = _users.is_legacy_hash(user.password_hash)
+        if legacy:
+            # An MD5 entry answers in microseconds; the dummy check makes it cost what
+            # a salted entry costs, so a guesser cannot pick out the legacy entries.
+            _users.verify_password(self._dummy, username, password)
         if not _users.verify_password(user.password_hash, username, password):
             raise AuthenticationFailed(username, "wrong password")
         # Checked after the password so that a guesser cannot tell inactive users
@@ -171,3 +190,14 @@ class FileAuthenticator:
     @staticmethod
     def _principal(user, anonymous):
         return Principal(user.name, frozenset([user.group]), anonymous)
+
+
+def _usual_iterations(repository):
+    """The PBKDF2 rounds most salted entries of C{repository} use (the default when it
+    has none): what the dummy check of an unknown user or an MD5 entry must cost."""
+    counts = collections.Counter(
+        _users.pbkdf2_iterations(user.password_hash) for user in repository.users())
+    counts.pop(None, None)
+    if not counts:
+        return _users.DEFAULT_ITERATIONS
+    return counts.most_common(1)[0][0]

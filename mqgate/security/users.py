@@ -38,6 +38,7 @@ from mqgate.errors import ConfigError
 __all__ = [
     "DEFAULT_ITERATIONS", "GROUPS", "DEFAULT_USERS", "User", "UserRepository",
     "hash_password", "verify_password", "is_legacy_hash", "check_hash_form",
+    "pbkdf2_iterations",
     "check_user_name", "format_entry", "ensure_repository", "default_password_warnings",
 ]
 
@@ -133,6 +134,12 @@ def hash_password(password: str, *, iterations=None) -> str:
 def is_legacy_hash(stored: str) -> bool:
     """Whether C{stored} is in the source system's MD5 form (and so wants re-hashing)."""
     return _LEGACY_RE.fullmatch(stored) is not None
+
+
+def pbkdf2_iterations(stored: str):
+    """The PBKDF2 rounds of a salted hash, or C{None} for any other form."""
+    match = _PBKDF2_RE.fullmatch(stored)
+    return int(match.group(1)) if match is not None else None
 
 
 def check_hash_form(stored: str):

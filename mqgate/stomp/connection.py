@@ -53,10 +53,16 @@ ACK_MODES = ("auto", "client", "client-individual")
 # the other side, gives the server 1.5 intervals: heart_beat_receive_scale).
 HEARTBEAT_TOLERANCE = 2
 
-# Bytes a client may send between its CONNECT and our answer to it (authentication is
-# asynchronous). Clients wait for CONNECTED before sending much; a few pipelined frames
-# fit easily, and an unauthenticated peer must not make us hold more than this.
-MAX_HELD_BYTES = 1024 * 1024
+#: Bytes a client may send before we answer its CONNECT with CONNECTED: the CONNECT
+#: frame itself, and whatever it pipelines behind it while its login is checked. A
+#: CONNECT is a few hundred bytes (a bearer token as passcode, a few KiB); clients wait
+#: for CONNECTED before sending messages. Whoever has not logged in gets no more than
+#: this, so that unauthenticated sockets cost the broker a small constant each.
+DEFAULT_UNAUTHENTICATED_BYTES = 16 * 1024
+MAX_HELD_BYTES = DEFAULT_UNAUTHENTICATED_BYTES   # the old name, kept for callers
+
+# The only frames a client may begin with (1.2 "Connecting").
+_FIRST_COMMANDS = frozenset(("CONNECT", "STOMP"))
 
 # MESSAGE headers the engine writes itself; copies in the glue's headers are dropped so
 # that the first (ours) is the only one.
@@ -90,6 +96,10 @@ class StompConnection:
     @param heartbeat: C{(send_ms, want_ms)}: how often we can send heart-beats and how
         often we want them (the CONNECTED C{heart-beat} header); 0 disables a direction.
     @param limits: a L{mqgate.stomp.frames.FrameLimits} for incoming frames.
+    @param max_unauthenticated_bytes: bytes the client may send until CONNECTED is
+        written (its CONNECT and anything pipelined behind it); one more and it gets an
+        ERROR. Any frame but CONNECT or STOMP before that is an ERROR as soon as its
+        command line is read, before its headers or body are buffered.
 
     @ivar state: a L{StompState}.
     @ivar version: the agreed version (None until CONNECT is processed).
@@ -101,7 +111,8 @@ class StompConnection:
     """
 
     def __init__(self, *, server=True, server_name="mqgate",
-                 versions=VERSIONS, heartbeat=(10000, 10000), limits=DEFAULT_LIMITS):
+                 versions=VERSIONS, heartbeat=(10000, 10000), limits=DEFAULT_LIMITS,
+                 max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES):
         if not server:
             raise ConfigError("server", server, "True (no STOMP client engine exists)")
         bad = [v for v in versions if v not in VERSIONS]
@@ -119,9 +130,13 @@ class StompConnection:
         self.heartbeat_receive_ms = 0
         self.finished = False
         self.error = None
-        self._parser = FrameParser(None, limits)
+        if max_unauthenticated_bytes < 1:
+            raise ConfigError("max_unauthenticated_bytes", max_unauthenticated_bytes,
+                              "a positive number of bytes")
+        self.max_unauthenticated_bytes = max_unauthenticated_bytes
+        self._parser = FrameParser(None, limits, expect=_FIRST_COMMANDS)
         self._out = []
-        self._held = 0                     # bytes received while AUTHENTICATING
+        self._unauthenticated = 0          # bytes received before CONNECTED was written
         self._disconnect_receipt = None
         self._rx = self._tx = False        # activity since the last tick
         self._last_rx = self._last_tx = None
@@ -133,8 +148,10 @@ class StompConnection:
         events = []
         if data:
             self._rx = True                # any byte proves the peer alive (Heart-beating)
+        if self.state in (_S.CONNECTING, _S.AUTHENTICATING) and not self._within_budget(data):
+            return events
         if self.state is _S.AUTHENTICATING:
-            self._hold(data)
+            self._parser.feed(data)        # buffered only: the parser is paused after CONNECT
             return events
         if self.state not in (_S.CONNECTING, _S.CONNECTED):
             return events                  # nothing may follow DISCONNECT (1.2)
@@ -293,14 +310,29 @@ class StompConnection:
         if self._parser.error is not None:
             raise self._parser.error
 
-    def _hold(self, data):
-        self._held += len(data)
-        if self._held > MAX_HELD_BYTES:
-            self._fail(StompProtocolError(
-                "too much data before CONNECTED",
-                f"more than {MAX_HELD_BYTES} bytes arrived before the CONNECT was answered"))
-            return
-        self._parser.feed(data)  # buffered only: the parser is paused after CONNECT
+    def _within_budget(self, data):
+        """Count bytes from a client not yet logged in; past its budget, fail.
+
+        Checked before the bytes reach the parser, so an oversized first frame costs us
+        one read, never its whole body."""
+        allowed = self.max_unauthenticated_bytes - self._unauthenticated
+        self._unauthenticated += len(data)
+        if len(data) <= allowed:
+            return True
+        limit = self.max_unauthenticated_bytes
+        if self.state is _S.CONNECTING and allowed > 0:
+            # The part within the budget may already be wrong (a SEND before CONNECT):
+            # that is the better thing to tell the client.
+            try:
+                self._parser.feed(data[:allowed])
+            except StompError as error:
+                self._fail(error)
+                return False
+        self._fail(StompProtocolError(
+            "too much data before CONNECTED",
+            f"more than {limit} bytes arrived before the CONNECT was answered; a client "
+            f"may send at most {limit} bytes until it is logged in"))
+        return False
 
     def _unexpected(self, frame):
         command, receipt = frame.command, frame.get("receipt")

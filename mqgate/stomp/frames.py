@@ -216,15 +216,20 @@ class FrameParser:
     @param version: the agreed version (C{"1.0"}, C{"1.1"}, C{"1.2"}), or None before
         it is agreed (nothing is unescaped then).
     @param limits: a L{FrameLimits}.
+    @param expect: the commands the next frame may have, or None for any. A command line
+        naming another is a L{FrameError} at once, before the frame's headers and body
+        are read (a server expects CONNECT or STOMP first, whatever follows it). L{resume}
+        lifts it.
     @ivar paused: True after a CONNECT, STOMP or CONNECTED frame, until L{resume}.
     @ivar error: the L{FrameError} that stopped the parser, or None.
     """
 
-    def __init__(self, version=None, limits=DEFAULT_LIMITS):
+    def __init__(self, version=None, limits=DEFAULT_LIMITS, expect=None):
         if version is not None and version not in VERSIONS:
             raise ValueError(f"unknown STOMP version {version!r}")
         self.version = version
         self.limits = limits
+        self.expect = expect
         self.paused = False
         self.error = None
         self._buf = bytearray()
@@ -261,6 +266,7 @@ class FrameParser:
             raise ValueError(f"unknown STOMP version {version!r}")
         self.version = version
         self.paused = False
+        self.expect = None
         return self.feed(b"")
 
     def _run(self):
@@ -336,6 +342,10 @@ class FrameParser:
         except UnicodeDecodeError:
             raise FrameError("malformed frame",
                              f"the command line {line[:40]!r} is not ASCII") from None
+        if self.expect is not None and command not in self.expect:
+            raise FrameError("not connected",
+                             f"the first frame must be {' or '.join(sorted(self.expect))}, "
+                             f"not {command[:40]!r}")
         self._command = command
         self._headers = []
         self._length = None

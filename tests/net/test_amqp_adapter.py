@@ -45,12 +45,12 @@ class FakeAuthenticator:
     def __init__(self):
         self.requests = []
 
-    def authenticate(self, username, password):
+    def authenticate(self, username, password, source=None, service=None):
         d = defer.Deferred()
         self.requests.append(((username, password), d))
         return d
 
-    def authenticate_anonymous(self):
+    def authenticate_anonymous(self, source=None, service=None):
         d = defer.Deferred()
         self.requests.append((None, d))
         return d
@@ -418,7 +418,8 @@ def test_connection_without_open_is_closed_at_the_setup_deadline(tmp_path):
 
 def test_header_without_open_gets_a_close_at_the_setup_deadline(tmp_path):
     """A peer past SASL that sends the AMQP header but no open is sent open + close
-    (amqp:resource-limit-exceeded) at the set-up deadline, and dropped."""
+    (amqp:unauthorized-access: it never finished logging in) at the login deadline,
+    and dropped."""
     h = Harness(tmp_path, {"mqgate.authentication.client.response.timeout": "5"})
     peer = h.connect()
     peer.pump()
@@ -432,7 +433,8 @@ def test_header_without_open_gets_a_close_at_the_setup_deadline(tmp_path):
     h.clock.advance(5)
     peer.collect()
     assert [type(p) for p in peer.performatives(since=mark)] == [Open, Close]
-    assert closes(peer, mark)[0].error.condition == c.RESOURCE_LIMIT_EXCEEDED
+    error = closes(peer, mark)[0].error
+    assert error.condition == c.UNAUTHORIZED_ACCESS and "not logged in" in error.description
     assert peer.transport.disconnecting
 
 

@@ -203,6 +203,9 @@ class ReadOnlyRepository:
     def anonymous_user(self):
         return self._repo.anonymous_user()
 
+    def users(self):
+        return self._repo.users()
+
     def replace_hash(self, name, new_hash, *, expected_hash=None):
         raise PermissionError(13, "Permission denied", self.path)
 

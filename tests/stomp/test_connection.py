@@ -4,7 +4,7 @@ import pytest
 
 from mqgate.errors import ConfigError
 from mqgate.stomp.connection import (
-    HEARTBEAT_TOLERANCE, MAX_HELD_BYTES, StompConnection, StompState,
+    DEFAULT_UNAUTHENTICATED_BYTES, HEARTBEAT_TOLERANCE, StompConnection, StompState,
 )
 from mqgate.stomp.errors import FrameError, StompLocalError, StompProtocolError
 from mqgate.stomp.events import (
@@ -150,11 +150,65 @@ def test_accept_twice_is_a_local_error():
 
 @pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE", "CONNECTED", "FOO"])
 def test_frames_before_connect_are_an_error(command):
-    """S10.2: the first frame must be CONNECT or STOMP; anything else -> ERROR, finished."""
+    """S10.2: the first frame must be CONNECT or STOMP; anything else -> ERROR, finished.
+    The ERROR comes at the command line, before the headers are read, so it carries no
+    receipt-id."""
     conn = StompConnection()
     assert conn.receive_data(frame(command, "destination:/q", "receipt:r1")) == []
-    error = assert_error(conn, "not connected", "r1")
+    error = assert_error(conn, "not connected")
     assert command.encode() in error.body
+
+
+def test_a_frame_before_connect_is_refused_at_its_command_line():
+    """S10.4: a SEND before CONNECT is refused as soon as its command line is in: its
+    headers and body are never waited for."""
+    conn = StompConnection()
+    conn.receive_data(b"SEND\ndestination:/q\ncontent-length:33554432\n")
+    error = assert_error(conn, "not connected")
+    assert b"'SEND'" in error.body
+    assert conn.receive_data(b"x" * 4096) == [] and conn.data_to_send() == b""
+
+
+def test_a_big_first_frame_is_refused_after_the_unauthenticated_budget():
+    """S10.4: a CONNECT whose headers or body would pass the bytes a client may send
+    before it is logged in gets an ERROR once the budget is passed, not at its end."""
+    conn = StompConnection(max_unauthenticated_bytes=1024)
+    conn.receive_data(b"CONNECT\naccept-version:1.2\nx:" + b"a" * 900)
+    assert not conn.finished
+    conn.receive_data(b"a" * 200)
+    error = assert_error(conn, "too much data before CONNECTED")
+    assert b"1024 bytes" in error.body
+
+
+def test_one_oversized_read_is_refused_without_parsing_it():
+    """S10.4: a single read larger than the budget is refused before the parser sees it
+    (an oversized CONNECT body sent in one go)."""
+    conn = StompConnection(max_unauthenticated_bytes=2048)
+    events = conn.receive_data(frame("CONNECT", "accept-version:1.2", body=b"b" * 4096))
+    assert events == []
+    assert_error(conn, "too much data before CONNECTED")
+
+
+def test_a_wrong_first_frame_in_an_oversized_read_is_named_as_such():
+    """A SEND before CONNECT arriving in one read larger than the budget is reported as
+    "not connected" (what is wrong with it), not as too much data."""
+    conn = StompConnection(max_unauthenticated_bytes=1024)
+    assert conn.receive_data(frame("SEND", "destination:/q", body=b"b" * 4096)) == []
+    assert_error(conn, "not connected")
+
+
+def test_the_budget_ends_with_connected():
+    """S10.2: once CONNECTED is written the unauthenticated budget no longer applies:
+    a logged-in client may send frames of any size its frame limits allow."""
+    conn = connect(max_unauthenticated_bytes=1024)
+    (send,) = conn.receive_data(frame("SEND", "destination:/q", body=b"m" * 10000))
+    assert len(send.body) == 10000 and not conn.finished
+
+
+def test_a_nonpositive_budget_is_a_config_error():
+    """The budget must be a positive number of bytes."""
+    with pytest.raises(ConfigError):
+        StompConnection(max_unauthenticated_bytes=0)
 
 
 def test_frames_pipelined_behind_connect_wait_for_accept():
@@ -170,9 +224,12 @@ def test_frames_pipelined_behind_connect_wait_for_accept():
 
 
 def test_too_much_data_before_accept_is_an_error():
-    """P5: an unauthenticated client cannot make us hold more than MAX_HELD_BYTES."""
+    """P5: an unauthenticated client cannot make us hold more than its budget, CONNECT
+    frame included."""
     conn = connect(accept=False)
-    conn.receive_data(b"x" * MAX_HELD_BYTES)
+    sent = len(frame("CONNECT", "accept-version:1.0,1.1,1.2", "host:localhost",
+                     version="1.0"))
+    conn.receive_data(b"x" * (DEFAULT_UNAUTHENTICATED_BYTES - sent))
     assert not conn.finished
     conn.receive_data(b"x")
     assert_error(conn, "too much data before CONNECTED")
