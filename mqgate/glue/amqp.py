@@ -156,7 +156,9 @@ class AmqpBrokerSession(BrokerSession):
         self._answer_sasl(True)
 
     def _not_authenticated(self, failure):
-        self.log.info("authentication failed from {peer}: {why}", peer=self.peer,
+        # The login guard logs failed logins within a budget; a flood must not
+        # flood the log from here too.
+        self.log.debug("authentication failed from {peer}: {why}", peer=self.peer,
                       why=failure.getErrorMessage())
         self._answer_sasl(False, failure.getErrorMessage())
 

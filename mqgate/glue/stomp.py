@@ -281,7 +281,9 @@ class StompBrokerSession(BrokerSession):
         self.request_flush()
 
     def _not_authenticated(self, failure):
-        self.log.info("STOMP authentication failed from {peer}: {why}", peer=self.peer,
+        # The login guard logs failed logins within a budget; a flood must not
+        # flood the log from here too.
+        self.log.debug("STOMP authentication failed from {peer}: {why}", peer=self.peer,
                       why=failure.getErrorMessage())
         if not self.engine.finished:
             self.engine.refuse("authentication failed", failure.getErrorMessage())

@@ -44,7 +44,7 @@ def test_defaults():
     assert settings["mqgate.amqp.idle_timeout"] == 60
     assert settings["mqgate.amqp.producer_credit"] == 1000
     assert settings["mqgate.amqp.channel_max"] == 255
-    assert settings["mqgate.authentication.client.response.timeout"] == 180
+    assert settings["mqgate.authentication.client.response.timeout"] == 20
     assert settings["mqgate.destination.default_type"] == "queue"
     assert settings["mqgate.authentication.basic.user_repository"] == "file"
     assert settings.warnings == ()
