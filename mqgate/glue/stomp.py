@@ -233,7 +233,7 @@ class StompBrokerSession(BrokerSession):
         self.held_transaction_bytes = 0
         self._producers = {}
         self._blocked = set()    # producers waiting for a full destination (S2.7)
-        self._held = None        # events read while one was blocked, or None (S2.7)
+        self._waiting = None     # events read while one was blocked, or None (S2.7)
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
 
@@ -245,7 +245,7 @@ class StompBrokerSession(BrokerSession):
         for event in events:
             if self.engine.finished:
                 return
-            if self._held is not None and self._hold(event):
+            if self._waiting is not None and self._keep_waiting(event):
                 continue
             try:
                 _DISPATCH[type(event)](self, event)
@@ -306,7 +306,7 @@ class StompBrokerSession(BrokerSession):
         for producer in producers.values():
             self._let_go(producer, producer.close)
         self._blocked.clear()
-        self._held = None        # never acted on, never receipted
+        self._waiting = None     # never acted on, never receipted
         self.acks = {}
 
     def _let_go(self, what, close, *args):
@@ -368,18 +368,18 @@ class StompBrokerSession(BrokerSession):
         if producer.blocked and producer not in self._blocked:
             if not self._blocked:
                 self.pause_reading()
-                if self._held is None:
-                    self._held = []
+                if self._waiting is None:
+                    self._waiting = []
             self._blocked.add(producer)
             producer.when_unblocked(functools.partial(self._unblocked, producer))
         return stored
 
-    def _hold(self, event):
+    def _keep_waiting(self, event):
         """Keep C{event} for when no producer of this connection is blocked; C{False}
         for the acknowledgements, which go on (they are what drains destinations)."""
         if type(event) in (Ack, Nack):
             return False
-        self._held.append(event)
+        self._waiting.append(event)
         return True
 
     def _unblocked(self, producer):
@@ -391,12 +391,12 @@ class StompBrokerSession(BrokerSession):
         self._blocked.discard(producer)
         if not self._blocked and not self.engine.finished:
             self.resume_reading()
-            self.clock.callLater(0, self._release_held)
+            self.clock.callLater(0, self._release_waiting)
 
-    def _release_held(self):
-        if self._blocked or self._held is None:
+    def _release_waiting(self):
+        if self._blocked or self._waiting is None:
             return   # blocked again meanwhile: the next unblocking releases them
-        held, self._held = self._held, None
+        held, self._waiting = self._waiting, None
         if held and not self.engine.finished:
             self.handle(held)   # a SEND blocking again holds what follows it again
             self.request_flush()
