@@ -69,6 +69,7 @@ class Catalog:
         self._damaged = None
         self.fsyncs = 0
         self.snapshots = 0
+        self.bytes_written = 0
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class Catalog:
             self._cut_back()
             raise
         self._size += len(line)
+        self.bytes_written += len(line)
         self._lines += 1
         self._apply(change)
         if self._lines >= self._compact_at:
@@ -194,6 +196,7 @@ class Catalog:
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)
+            self.bytes_written += len(content)
             j.fsync_dir(self.directory)
         except OSError:
             try:

@@ -188,15 +188,22 @@ class StoreHealth:
         is healthy afterwards (a probe already running is not started twice)."""
         if self.state != FAILING:
             return defer.succeed(self.state == HEALTHY)
-        if self._probing is None:
-            self._probing = defer.maybeDeferred(self._probe)
-            self._probing.addCallbacks(self._probe_worked, self._probe_failed)
-        d = defer.Deferred()
-        self._probing.addBoth(lambda healthy: (d.callback(healthy), healthy)[1])
-        return d
+        waiter = defer.Deferred()
+        if self._probing is not None:
+            self._probing.append(waiter)
+            return waiter
+        self._probing = [waiter]
+        d = defer.maybeDeferred(self._probe)
+        d.addCallbacks(self._probe_worked, self._probe_failed)
+        d.addCallback(self._tell_waiters)
+        return waiter
+
+    def _tell_waiters(self, healthy):
+        waiters, self._probing = self._probing, None
+        for waiter in waiters:
+            waiter.callback(healthy)
 
     def _probe_worked(self, _):
-        self._probing = None
         if self.state != FAILING:
             return self.state == HEALTHY
         seconds = self._now() - self._since
@@ -211,7 +218,6 @@ class StoreHealth:
         return self.state == HEALTHY
 
     def _probe_failed(self, failure):
-        self._probing = None
         self.write_failed(failure.value)
         return False
 
