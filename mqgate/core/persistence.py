@@ -196,6 +196,13 @@ class Persistence:
         self.store.remove_durable(container_id, name).addErrback(
             self.failed, "forget durable subscription", durable_key(container_id, name))
 
+    def store_status(self):
+        """The store's health as data (C{state}: healthy, failing or broken; while
+        failing C{reason}, C{advice}, C{seconds}, C{refused}; C{pending} writes), for
+        the admin; C{None} when the store does not tell."""
+        health = getattr(self.store, "health", None)
+        return None if health is None else health.status()
+
     # -- failures ----------------------------------------------------------------------
 
     def add_failed(self, failure, key, message_id):
