@@ -51,7 +51,8 @@ from mqgate.store.interfaces import CorruptStore
 __all__ = [
     "ADD", "ADD_FILE", "COMMIT", "COUNT", "DROP", "HEADER_SIZE", "Journal", "PREPARE",
     "REMOVE", "ROLLBACK", "TXN", "JournalWriteError", "Replay", "encode_record",
-    "pack_add", "pack_add_file", "pack_count", "pack_drop", "pack_end", "pack_ops", "pack_remove", "scan", "write_all",
+    "pack_add", "pack_add_file", "pack_count", "pack_drop", "pack_end", "pack_ops",
+    "pack_remove", "scan", "write_all",
 ]
 
 MAGIC = b"MQJR"
