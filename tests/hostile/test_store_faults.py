@@ -36,6 +36,7 @@ from tests.e2e.admin_cmd import mqgate_cmd
 from tests.e2e.broker import BrokerError, BrokerProcess
 from tests.e2e.engine_client import EngineClient
 from tests.e2e.test_crash import body_of, identify
+from tests.store.test_full_disk import own_postgres, pg_start, pg_stop  # noqa: F401
 from tests.store.tmpfs import SmallFilesystem
 
 DEADLINE = 20.0
@@ -274,3 +275,52 @@ def test_a_full_disk_refuses_persistent_messages_and_recovers(filled_store, pass
           f"{len(producer.rejected)}, consumed {len(delivered)}, after the kill "
           f"{len(survivors)}; log lines while failing: {len(failed) + len(still)}; "
           f"probe worst round trip {worst * 1000:.0f} ms")
+
+
+def test_postgresql_stopped_and_started_under_load(tmp_path, own_postgres, probe):
+    """S3.6: with the SQL store on PostgreSQL, stopping the server under load gets
+    persistent messages rejected (amqp:internal-error, saying the store cannot write)
+    while non-persistent ones go on; started again, the same broker reconnects by
+    itself and accepts them; no rejected message is ever delivered."""
+    cluster = own_postgres
+    defines = {"mqgate.persist.store": "jdbc",
+               "mqgate.persist.jdbc.dbVendor": "postgresql",
+               "mqgate.persist.jdbc.opendburl": cluster.dsn(cluster.create_database())}
+    broker = BrokerProcess(tmp_path / "varhome", defines=defines)
+    try:
+        broker.start(timeout=DEADLINE)
+        address = broker.address("jms")
+        producer = Sender(address, "pg-producer", QUEUE)
+        producer.send(50)
+        watcher = probe(broker)
+        pg_stop(cluster)
+        deadline = time.monotonic() + DEADLINE
+        while not producer.rejected:
+            producer.send(10)
+            assert time.monotonic() < deadline, "the broker never noticed"
+        burst = producer.send(50)
+        assert all(n in producer.rejected for n in burst)
+        error = producer.rejected[burst[-1]]
+        assert str(error.condition) == "amqp:internal-error"
+        assert error.description.startswith("the message store cannot write: ")
+        direct = Sender(address, "pg-direct", "queue://direct", durable=False)
+        direct.send(100)
+        assert len(direct.accepted) == 100
+        pg_start(cluster)
+        while True:
+            (number,) = producer.send(1)
+            if number in producer.accepted:
+                break
+            saw_line(broker, r"can write again")
+            assert time.monotonic() < deadline + DEADLINE, "the store did not recover"
+        after = producer.send(50)
+        assert all(n in producer.accepted for n in after)
+        watcher.stop()
+        watcher.assert_responsive(limit=0.1)
+        delivered = receive_all(address, "pg-consumer", QUEUE)
+        assert set(delivered) == producer.accepted
+        assert not set(delivered) & set(producer.rejected)
+    finally:
+        broker.kill()
+    print(f"\npostgresql: accepted {len(producer.accepted)}, rejected "
+          f"{len(producer.rejected)}; probe worst round trip {watcher.worst * 1000:.0f} ms")

@@ -106,6 +106,19 @@ def _pg_ctl(cluster, *argv):
                    timeout=90)
 
 
+def pg_stop(cluster):
+    """Stop the server (fast: connections are cut, as when it is restarted)."""
+    _pg_ctl(cluster, "-m", "fast", "-w", "stop")
+
+
+def pg_start(cluster):
+    """Start the stopped server again, on its port and socket directory."""
+    options = (f"-p {cluster.port} -k {cluster.datadir.parent} "
+               "-c listen_addresses=127.0.0.1 -c fsync=off")
+    _pg_ctl(cluster, "-l", str(cluster.datadir.parent / "server.log"), "-o", options,
+            "-w", "start")
+
+
 def test_postgresql_server_stopped_and_started_again(own_postgres):
     """With the PostgreSQL server stopped, adds are refused and a removal waits;
     probes fail while it is down; once it runs again the store reconnects by itself,
@@ -117,7 +130,7 @@ def test_postgresql_server_stopped_and_started_again(own_postgres):
         result(store.recover())
         for mid in range(1, 6):
             result(store.add_message(Q, mid, b"before"))
-        _pg_ctl(cluster, "-m", "fast", "-w", "stop")
+        pg_stop(cluster)
         error = refused(store.add_message(Q, 6, b"down"))
         assert not error.exhausted and store.health.state == FAILING
         assert "runs and accepts connections" in store.health.status()["advice"]
@@ -125,10 +138,7 @@ def test_postgresql_server_stopped_and_started_again(own_postgres):
         removal = store.remove_message(Q, 1)
         reactor.run_later()
         assert store.health.state == FAILING and not removal.called
-        options = (f"-p {cluster.port} -k {cluster.datadir.parent} "
-                   "-c listen_addresses=127.0.0.1 -c fsync=off")
-        _pg_ctl(cluster, "-l", str(cluster.datadir.parent / "server.log"), "-o", options,
-                "-w", "start")
+        pg_start(cluster)
         reactor.run_later()
         assert store.health.state == HEALTHY and removal.called
         result(store.add_message(Q, 8, b"after"))
