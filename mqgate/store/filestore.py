@@ -3,8 +3,9 @@ The file store (S3.3, S3.4): L{IMessageStore} on the journal, plus small files.
 
 Layout under the store directory (the broker passes C{instances/NAME/filestore/})::
 
-    destinations.json   destinations (rewritten whole, atomically: tmp + rename)
-    durables.json       durable subscriptions (likewise)
+    destinations.json   destinations: a snapshot, plus destinations.log, the changes
+                        since (catalog.py: one appended line per change)
+    durables.json       durable subscriptions (likewise, with durables.log)
     journal/*.seg       message records and transaction records (journal.py)
     large/<hash>/       own files of messages over max_record_size, one pool per
                         destination key (<hash>: SHA-1 of the key, 16 hex digits)
@@ -14,8 +15,9 @@ be atomic with the message records it orders against. An open transaction is kep
 in memory (so a crash rolls it back by construction, S3.1); C{prepare} writes one
 PREPARE record holding all its operations, C{commit} one COMMIT record (or, for a
 one-phase commit, one TXN record holding the operations). One record is all or nothing.
-Destinations and durable subscriptions change rarely and are small, so each change
-rewrites its file atomically.
+Destinations and durable subscriptions are small and change rarely, but a client may
+make many (auto-creation), so a change appends one line to a log and the snapshot is
+rewritten only now and then (O(1) per change, amortized).
 
 Threads. Two halves: L{FileStore} lives on the reactor thread and keeps a L{Ledger}
 (what is live, by submission order), so every call is checked and answered in order
@@ -24,8 +26,16 @@ runs only through the injected C{run_in_thread}, one batch at a time (L{WriteQue
 records submitted while a batch is being written wait and form the next batch, which
 gets one C{writev} and, with sync on, one fsync (group commit, S3.4). Every Deferred of
 a batch fires after that fsync, or with sync off after C{os.writev} returned (so a
-broker crash loses nothing acknowledged). If a batch fails, the store stops accepting
-writes (L{StoreFailed}): the ledger and the disk no longer agree.
+broker crash loses nothing acknowledged).
+
+Faults (S3.6). A full disk or an I/O error does not stop the store for good. A batch
+that fails stops at the failed operation: what was written before stays (and is
+acknowledged), the journal is cut back to its last whole record, and the store becomes
+I{failing} (L{mqgate.store.health}): the adds that were not written are taken back
+from the ledger and refused (L{StoreFailed}), so the broker never delivers them; new
+adds are refused at once; removals and catalog changes are kept, in order, and written
+first once a probe (repair, then write and remove a small file) succeeds. Own files of
+adds that were not written are freed again.
 """
 
 import hashlib

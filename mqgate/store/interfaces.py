@@ -235,6 +235,9 @@ class IMessageStore(Interface):
     """
 
     fsync_count = Attribute("How many journal fsyncs were made so far (S3.4).")
+    health = Attribute(
+        "Optional: a mqgate.store.health.StoreHealth, whether the store can write now "
+        "(S3.6); a store without one never fails for a while (the memory store).")
     stats = Attribute(
         "A dict of counters: fsyncs, records, batches, records_per_fsync, bytes ...")
 

@@ -9,7 +9,8 @@ without restarting the broker. Then the broker is killed with SIGKILL at a rando
 under load and restarted. What must hold:
 
  - while the disk is full, persistent messages are rejected with
-   C{amqp:resource-limit-exceeded} and a description naming the cause, at once;
+   C{amqp:resource-limit-exceeded} and a description naming the cause, at once (a
+   STOMP SEND gets an ERROR frame instead of its RECEIPT);
  - no rejected message is ever delivered, before or after the restart; every accepted
    one is delivered;
  - non-persistent traffic goes on meanwhile: a probe client round-trips a message
@@ -35,6 +36,7 @@ from mqgate.amqp.performatives import RECEIVER, SENDER, Accepted, Rejected
 from tests.e2e.admin_cmd import mqgate_cmd
 from tests.e2e.broker import BrokerError, BrokerProcess
 from tests.e2e.engine_client import EngineClient
+from tests.e2e.stomp_client import open_client
 from tests.e2e.test_crash import body_of, identify
 from tests.store.test_full_disk import own_postgres, pg_start, pg_stop  # noqa: F401
 from tests.store.tmpfs import SmallFilesystem
@@ -121,6 +123,24 @@ def receive_all(address, name, queue, batch=500):
                 return numbers
     finally:
         client.close()
+
+
+def check_stomp_refused(broker):
+    """A persistent STOMP SEND asking for a receipt gets an ERROR naming the cause
+    instead of the RECEIPT; the message is not queued."""
+    client = open_client(broker.address("stomp"), name="faults-stomp")
+    try:
+        client.connection.send("/queue/stomp-faults", b"lost",
+                               headers={"persistent": "true", "receipt": "r-lost"})
+        error = client.collector.wait_for_error()
+        assert error.headers["message"] == "message not stored", error.headers
+        assert error.headers.get("receipt-id") == "r-lost"
+        assert b"cannot write" in bytes(error.body)
+        assert "r-lost" not in client.collector.receipts
+    finally:
+        client.close()
+    assert receive_all(broker.address("jms"), "faults-stomp-rx",
+                       "queue://stomp-faults") == []
 
 
 def saw_line(broker, pattern, wait=0.05):
@@ -211,6 +231,7 @@ def test_a_full_disk_refuses_persistent_messages_and_recovers(filled_store, pass
         assert "Message store: FAILING" in shown.stdout, shown.stdout
         assert "free disk space" in shown.stdout
         watcher = probe(broker)
+        check_stomp_refused(broker)
         direct = Sender(address, "faults-direct", "queue://direct", durable=False)
         direct.send(100)
         assert len(direct.accepted) == 100
