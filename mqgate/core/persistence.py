@@ -39,6 +39,7 @@ agree).
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqgate.core.addresses import QUEUE, TOPIC, canonical
 from mqgate.errors import ProtocolError
@@ -211,10 +212,12 @@ class Persistence:
         self.failed(failure, "store a message in", key)
         error = failure.value
         if _store_cannot_write(error):
-            raise StorageFailed(
+            # Returned, not raised: while the store fails this is the answer to every
+            # persistent message, and a raised exception would carry a traceback.
+            return Failure(StorageFailed(
                 f"the message store cannot write: {error.reason}; persistent messages "
                 "are refused until it recovers",
-                "amqp:resource-limit-exceeded" if error.exhausted else None)
+                "amqp:resource-limit-exceeded" if error.exhausted else None))
         raise StorageFailed(
             f"the broker could not store persistent message {message_id} "
             f"({failure.getErrorMessage()}); it was not acknowledged")

@@ -36,7 +36,9 @@ def refused_while_failing(method):
     changes (S3.6: nothing piles up behind a fault)."""
     def wrapper(self, *args, **kwargs):
         if self.health.failing:
-            raise self.health.refuse()
+            # Not raised: a refusal is the expected answer, many a second maybe, and a
+            # raised exception would carry a traceback (frames for the collector).
+            return defer.fail(self.health.refuse())
         return method(self, *args, **kwargs)
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__

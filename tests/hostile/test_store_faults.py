@@ -14,7 +14,8 @@ under load and restarted. What must hold:
  - no rejected message is ever delivered, before or after the restart; every accepted
    one is delivered;
  - non-persistent traffic goes on meanwhile: a probe client round-trips a message
-   every 50 ms on its own connection, each under 100 ms, throughout;
+   every 50 ms on its own connection, each under 100 ms, throughout, a flood of
+   persistent messages to the full disk included;
  - the log says so when it starts, then at most once a second, and when it is over;
    the admin's health view shows it;
  - once space is freed, persistent messages are accepted again, by the same broker;
@@ -22,8 +23,11 @@ under load and restarted. What must hold:
    producer and not yet consumed, plus perhaps some sent but never answered.
 """
 
+import json
 import random
 import re
+import subprocess
+import sys
 import time
 from datetime import datetime
 
@@ -34,7 +38,7 @@ from mqgate.amqp.message import Header, encode_message
 from mqgate.amqp.performatives import RECEIVER, SENDER, Accepted, Rejected
 
 from tests.e2e.admin_cmd import mqgate_cmd
-from tests.e2e.broker import BrokerError, BrokerProcess
+from tests.e2e.broker import REPO_ROOT, BrokerError, BrokerProcess, broker_environment
 from tests.e2e.engine_client import EngineClient
 from tests.e2e.stomp_client import open_client
 from tests.e2e.test_crash import body_of, identify
@@ -123,6 +127,27 @@ def receive_all(address, name, queue, batch=500):
                 return numbers
     finally:
         client.close()
+
+
+#: Persistent messages a second producer sends as fast as it can to the full disk.
+FLOOD = 4000
+
+
+def flood(address, count):
+    """Send C{count} persistent messages as fast as the broker answers, from another
+    process (so that its loop does not share this process's GIL with the probe);
+    return what it counted."""
+    program = (
+        "import json, sys\n"
+        "from tests.hostile.test_store_faults import Sender\n"
+        f"s = Sender({tuple(address)!r}, 'flood', 'queue://flood')\n"
+        f"while s.sent < {count}: s.send(50)\n"
+        "print(json.dumps({'sent': s.sent, 'rejected': len(s.rejected)}))\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=str(REPO_ROOT),
+                          env=broker_environment(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def check_stomp_refused(broker):
@@ -231,6 +256,8 @@ def test_a_full_disk_refuses_persistent_messages_and_recovers(filled_store, pass
         assert "Message store: FAILING" in shown.stdout, shown.stdout
         assert "free disk space" in shown.stdout
         watcher = probe(broker)
+        flooded = flood(address, FLOOD)
+        assert flooded == {"sent": FLOOD, "rejected": FLOOD}, flooded
         check_stomp_refused(broker)
         direct = Sender(address, "faults-direct", "queue://direct", durable=False)
         direct.send(100)
