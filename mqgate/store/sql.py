@@ -656,8 +656,10 @@ class SqlStore:
                 destination, message_id = tag
                 if self._ledger.is_live(destination, message_id):
                     self._ledger.remove(destination, message_id)
+                undo = defer.Deferred()
+                undo.addErrback(lambda _: None)   # kept until written; nobody waits
                 kept.append(("batch", [(self._sql.delete_message, (
-                    destination, to_sql_id(message_id)))], defer.Deferred(), None))
+                    destination, to_sql_id(message_id)))], undo, None))
                 d.errback(error)
             else:
                 kept.append((kind, payload, d, tag))

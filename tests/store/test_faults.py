@@ -395,3 +395,21 @@ def test_catalog_log_replays_harmlessly_over_its_new_snapshot(tmp_path):
     assert (tmp_path / "destinations.log").read_bytes() == log
     again = Catalog(tmp_path, "destinations", _key, sync=True)
     assert again.load() == [{"kind": "queue", "name": "b"}]
+
+
+def test_the_broker_reads_the_stores_state_for_the_admin(tmp_path, faulty_disk):
+    """S3.6: the core hands the admin the store's state: healthy, or failing with the
+    reason, what to do, how many were refused and how many writes wait."""
+    from mqgate.core import BrokerMessage
+    from mqgate.core.persistence import Persistence
+    store, _ = open_store(tmp_path)
+    persistence = Persistence(store, lambda m: m.payload, BrokerMessage)
+    assert persistence.store_status() == {"state": HEALTHY, "outages": 0, "pending": 0}
+    result(store.add_message(Q, 1, b"m"))
+    faulty_disk.fail(ENOSPC, *WRITES)
+    store.remove_message(Q, 1)
+    refused(store.add_message(Q, 2, b"n"))
+    status = persistence.store_status()
+    assert status["state"] == FAILING and status["reason"] == "No space left on device"
+    assert status["refused"] == 1 and status["pending"] == 1
+    assert status["advice"].startswith("free disk space")
