@@ -11,7 +11,9 @@ condition, not the end of the store. When a write fails the store becomes I{fail
    subscription) and writes it first once it recovers;
  - it probes every C{retry_interval} seconds (L{StoreHealth.probe}: repair what the
    failed write left, then try a small write), and is healthy again as soon as a probe
-   succeeds, without a restart;
+   succeeds, without a restart; a store that fails again right after it recovered
+   (the probe's small write fits, real ones do not) probes less and less often, up to
+   L{MAX_BACKOFF} times the interval, so that it does not flap every second;
  - it says so in the log: one line when it fails, at most one line a second while it
    keeps refusing, with what to do about it, and one line when it recovers. When a probe
    finds something the broker cannot repair by itself (a journal changed behind its
@@ -39,6 +41,10 @@ BROKEN = "broken"
 #: Probing a failing store once a second recovers it within a second of the fault
 #: clearing and costs one small write a second meanwhile.
 DEFAULT_RETRY_INTERVAL = 1.0
+#: How far a flapping store's probes back off: at most this many retry intervals.
+MAX_BACKOFF = 32
+#: A failure this many retry intervals or fewer after a recovery counts as flapping.
+_FLAP_WINDOW = 2
 #: At most one "still failing" line per second: enough to follow, never a flood.
 LOG_INTERVAL = 1.0
 #: Without refusals to report, a reminder that the store still fails once a minute.
@@ -100,6 +106,8 @@ class StoreHealth:
         self._refused_logged = 0
         self._call = None
         self._probing = None
+        self._backoff = 1
+        self._recovered_at = None
 
     @property
     def failing(self):
@@ -121,6 +129,7 @@ class StoreHealth:
             return self.error
         self.error = error
         if self.state == HEALTHY:
+            self._back_off()
             self.state = FAILING
             self.outages += 1
             self.refused = self._refused_logged = 0
@@ -128,9 +137,10 @@ class StoreHealth:
             self.log.error(
                 "The {store} cannot write: {reason}. Persistent messages are refused "
                 "until it recovers; non-persistent messages go on. To fix: {advice}. "
-                "The broker retries every {interval} s by itself.",
+                "The broker retries every {interval:g} s by itself "
+                "(mqgate.persist.retry_interval).",
                 store=self.describe, reason=error.reason, advice=self._advice(error),
-                interval=self.retry_interval, store_state=FAILING)
+                interval=self._interval(), store_state=FAILING)
         else:
             self._maybe_log()
         self._schedule()
@@ -174,10 +184,20 @@ class StoreHealth:
 
     # -- probing -----------------------------------------------------------------------
 
+    def _interval(self):
+        return self.retry_interval * self._backoff
+
+    def _back_off(self):
+        # A new outage: probe at the base interval, or, when the store failed again
+        # soon after it recovered, half as often as during the last outage.
+        recent = (self._recovered_at is not None and self._now() - self._recovered_at
+                  <= _FLAP_WINDOW * self._interval())
+        self._backoff = min(self._backoff * 2, MAX_BACKOFF) if recent else 1
+
     def _schedule(self):
         if self._clock is None or self._call is not None or self.state != FAILING:
             return
-        self._call = self._clock.callLater(self.retry_interval, self._timer)
+        self._call = self._clock.callLater(self._interval(), self._timer)
 
     def _timer(self):
         self._call = None
@@ -208,6 +228,7 @@ class StoreHealth:
             return self.state == HEALTHY
         seconds = self._now() - self._since
         self.state, self.error = HEALTHY, None
+        self._recovered_at = self._now()
         self._last_log = None
         self.log.info(
             "The {store} can write again after {seconds:.1f} s; {refused} persistent "

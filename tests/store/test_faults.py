@@ -413,3 +413,26 @@ def test_the_broker_reads_the_stores_state_for_the_admin(tmp_path, faulty_disk):
     assert status["state"] == FAILING and status["reason"] == "No space left on device"
     assert status["refused"] == 1 and status["pending"] == 1
     assert status["advice"].startswith("free disk space")
+
+
+def test_a_store_that_flaps_probes_less_and_less_often(tmp_path, faulty_disk):
+    """S3.6: when the probe's small write works but the next real write fails again
+    (nearly full disk), each new outage right after a recovery doubles the time to the
+    next probe, so the store does not fail, recover and log every second."""
+    clock = Clock()
+    store, _ = open_store(tmp_path, clock=clock, retry_interval=1)
+    gaps = []
+    for _ in range(4):
+        faulty_disk.fail(ENOSPC, *WRITES)
+        refused(store.add_message(Q, 1, b"x"))
+        faulty_disk.heal()
+        (call,) = clock.getDelayedCalls()
+        gaps.append(call.getTime() - clock.seconds())
+        clock.advance(gaps[-1])
+        assert store.health.state == HEALTHY
+    assert gaps == [1, 2, 4, 8]
+    clock.advance(60)
+    faulty_disk.fail(ENOSPC, *WRITES)
+    refused(store.add_message(Q, 2, b"y"))
+    (call,) = clock.getDelayedCalls()
+    assert call.getTime() - clock.seconds() == 1
