@@ -7,7 +7,8 @@ The S9.7 show commands, as admin request handlers (S11.1).
                                             messages and work units, high-water mark,
                                             max depth, discards, deliveries
     show client NAME slow-subscriber [all]  the slow subscribers among the clients
-                                            NAME matches; with C{all} every one of them
+                                            NAME matches; with C{all} every one of them;
+                                            and a line on the message store's health
 
 NAME may be a pattern (C{*} and C{?}, as the source's commands take them): a pattern
 shows one table per match. A name that matches nothing is a 404. The tables are the
@@ -101,7 +102,7 @@ def show_client(context, arguments):
     if what == "stats" and rest == ["queue"]:
         return _queue_stats(context.clients, name)
     if what == "slow-subscriber" and rest in ([], ["all"]):
-        return _slow_subscribers(context.clients, name, include_all=bool(rest))
+        return _slow_subscribers(context, name, include_all=bool(rest))
     raise _usage_error(_CLIENT_USAGE, "unknown arguments " + " ".join(arguments[1:]))
 
 
@@ -133,8 +134,8 @@ def _client_data(client):
             "queues": queues}
 
 
-def _slow_subscribers(clients, name, include_all):
-    found = _matching(clients, name)
+def _slow_subscribers(context, name, include_all):
+    found = _matching(context.clients, name)
     # The meter is asked directly (its share, is_slow and percent are methods).
     rows = [ClientLoad(client=c.name, queued_bytes=c.queued_bytes,
                        share=c.meter.share(), slow=c.meter.is_slow()) for c in found]
@@ -143,7 +144,23 @@ def _slow_subscribers(clients, name, include_all):
              "blocked_percent": int(round(row.share * 100)),
              "queued_bytes": row.queued_bytes}
             for row, c in zip(rows, found)]
-    return Reply(render_slow_subscribers(rows, include_all=include_all), data)
+    text = render_slow_subscribers(rows, include_all=include_all)
+    store = _store_line(context)
+    return Reply(f"{text}\n{store}" if store else text, data)
+
+
+def _store_line(context):
+    # S3.6: the health of the message store, beside the clients' (None: no store).
+    persistence = getattr(context.broker, "persistence", None)
+    status = persistence.store_status() if persistence is not None else None
+    if status is None:
+        return None
+    if status["state"] == "healthy":
+        waiting = f", {status['pending']} writes waiting" if status["pending"] else ""
+        return f"Message store: healthy{waiting}."
+    return (f"Message store: {status['state'].upper()} for {status['seconds']:.0f} s: "
+            f"{status['reason']}; {status['refused']} persistent messages refused, "
+            f"{status['pending']} writes waiting. To fix: {status['advice']}.")
 
 
 #: The show commands' table, C{(verb, object) -> Command} (S9.7, S11.1).

@@ -535,6 +535,10 @@ KEYS = (
         "Compact the journal online when this percent of it is dead (removed "
         "messages), rewriting the sealed segments less live than that; 0 turns "
         "automatic compaction off (the admin command still works) (S3.3)."),
+    Key("mqgate.persist.retry_interval", Seconds(1, 3600), "1",
+        "While the message store cannot write (a full disk, an I/O error, the database "
+        "server gone), seconds between its attempts to write again; persistent "
+        "messages are refused meanwhile and accepted again as soon as one works."),
     # -- the SQL store, mqgate.persist.store=jdbc (S3.5, S12.1) --
     Key("mqgate.persist.jdbc.dbVendor", Choice(("sqlite", "postgresql")), "sqlite",
         "Database of the SQL store: sqlite (embedded, one file) or postgresql (a server, "

@@ -8,11 +8,13 @@ frames into L{Consumer.set_credit}/L{Consumer.drain}, dispositions into
 L{Consumer.settle} and detaches into C{close}.
 """
 
+import collections
 import functools
 import itertools
 from dataclasses import dataclass
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, canonical,
@@ -24,6 +26,7 @@ from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
     SystemLimits)
 from mqgate.core.message import BrokerMessage
+from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.errors import ConfigError, LocalProtocolError
 
@@ -122,7 +125,9 @@ class Producer:
     """
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
-                 "_callbacks", "_system")
+                 "_callbacks", "_system", "_held", "_releasing")
+
+    log = Logger(namespace="mqgate.core")
 
     def __init__(self, address, destination, route, next_seq, system):
         self.address = address
@@ -137,6 +142,10 @@ class Producer:
         # made only when the producer first blocks.
         self._blockers = None
         self._callbacks = None
+        # Messages of this producer waiting, in send order, for the persistent ones
+        # among them to be stored (_Held); made when first needed.
+        self._held = None
+        self._releasing = False
 
     def __repr__(self):
         return f"<Producer {self.address}{' closed' if self.closed else ''}>"
@@ -157,9 +166,10 @@ class Producer:
             anywhere.
         @return: C{None}, or, when the message is persistent and went to a queue (or
             durable subscription) that stores its messages, a Deferred that fires once
-            the store has it and errbacks with
-            L{mqgate.core.persistence.StorageFailed} when it could not be stored: the
-            producer's delivery must be settled only then (S3.4, S8.1).
+            the store has it (and it is enqueued) and errbacks with
+            L{mqgate.core.persistence.StorageFailed} when it could not be stored (it is
+            then enqueued nowhere): the producer's delivery must be settled only then
+            (S3.4, S3.6, S8.1).
         """
         if self.closed:
             raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
@@ -173,16 +183,77 @@ class Producer:
             _refuse_if_rejecting(destination)
         if message.seq is None:
             message.seq = self._next_seq()
-        if message.durable and type(destination) is Queue:
-            # Stored before the queue may hand it out (and settle it away).
-            store = destination.store
-            stored = None if store is None else store.add(message)
-            destination.publish(message)
-        else:
-            stored = destination.publish(message)   # a topic stores on its own
+        if message.durable:
+            return self._send_persistent(destination, message)
+        if self._held:
+            # Persistent messages sent before this one wait for the store: this one
+            # waits behind them, so that the producer's order holds.
+            self._held.append(_Held(destination, None, message, _READY))
+            return None
+        destination.publish(message)
         if destination.full:
             self._block(destination)
+        return None
+
+    def _send_persistent(self, destination, message):
+        # S3.6, fail closed: a persistent message is enqueued (so delivered) only once
+        # the store has it; a topic routes it now and enqueues it later on the
+        # subscriptions it was routed to.
+        if type(destination) is Queue:
+            targets = destination
+            stored = None if destination.store is None else destination.store.add(message)
+        else:
+            targets = destination.route(message)
+            stored = stored_on(targets, message)
+        if stored is None:
+            # Nothing stores it: a temporary queue, no durable subscription, no store.
+            if self._held:
+                self._held.append(_Held(destination, targets, message, _READY))
+            else:
+                self._enqueue(destination, targets, message)
+            return None
+        entry = _Held(destination, targets, message, _WAITING)
+        if self._held is None:
+            self._held = collections.deque()
+        self._held.append(entry)
+        stored.addBoth(self._stored, entry)
         return stored
+
+    def _enqueue(self, destination, targets, message):
+        if targets is None or type(destination) is Queue:
+            if not destination.deleted:
+                destination.publish(message)
+        elif targets:
+            destination.publish_to(targets, message)
+        if destination.full and not self.closed:
+            self._block(destination)
+
+    def _stored(self, result, entry):
+        # The store answered for entry: enqueue what is ready at the head, in order.
+        entry.state = _FAILED if isinstance(result, Failure) else _READY
+        self._release_held()
+        return result
+
+    def _release_held(self):
+        if self._releasing:
+            return      # called re-entrantly from a delivery: the running loop goes on
+        self._releasing = True
+        held = self._held
+        try:
+            while held and held[0].state is not _WAITING:
+                entry = held.popleft()
+                if entry.state is _READY:
+                    self._enqueue_held(entry)
+        finally:
+            self._releasing = False
+
+    def _enqueue_held(self, entry):
+        try:
+            self._enqueue(entry.destination, entry.targets, entry.message)
+        except Exception:
+            # The message is stored and stays so (it comes back after a restart); what
+            # went wrong handing it out must not reach its producer as "not stored".
+            self.log.failure("enqueueing a stored message failed")
 
     @property
     def room(self):
@@ -252,6 +323,27 @@ class Producer:
             queue.remove_waiter(self)
         self._blockers = None
         self._callbacks = None
+
+
+_WAITING, _READY, _FAILED = "waiting", "ready", "failed"
+
+
+class _Held:
+    """A message of a producer waiting for its turn to be enqueued (S3.6).
+
+    @ivar targets: a persistent message's queue, or its topic's subscriptions as
+        routed when it was sent; C{None} for one routed only when enqueued.
+    @ivar state: L{_WAITING} for the store, L{_READY} to enqueue, L{_FAILED} (the store
+        refused it: it is dropped, its producer was told).
+    """
+
+    __slots__ = ("destination", "targets", "message", "state")
+
+    def __init__(self, destination, targets, message, state):
+        self.destination = destination
+        self.targets = targets
+        self.message = message
+        self.state = state
 
 
 def _refuse_if_rejecting(destination):

@@ -54,7 +54,6 @@ from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
 from mqgate.core.limits import FLOW_CONTROL, UNLIMITED, SystemLimits
 from mqgate.core.message import MAX_PRIORITY
-from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import message_field
 
 _LEVELS = MAX_PRIORITY + 1
@@ -868,10 +867,18 @@ class Topic:
 
     def publish(self, message):
         """Enqueue C{message} (the same object) on every matching subscription whose
-        selector, if any, accepts it (S2.8); with none, drop it and count it.
+        selector, if any, accepts it (S2.8); with none, drop it and count it."""
+        subs = self.route(message)
+        if subs:
+            self.publish_to(subs, message)
 
-        @return: for a persistent message, the Deferred of its storage on the durable
-            subscriptions that took it (L{stored_on}), else C{None}.
+    def route(self, message):
+        """Count C{message} as published and return the subscriptions that take it
+        (a tuple, maybe empty: then it is counted as dropped).
+
+        A persistent message is routed at once, stored on the durable subscriptions
+        among these, and only then enqueued on them all with L{publish_to} (S3.6:
+        nothing is delivered that the store did not take).
         """
         self.messages_in += 1
         if self._gen != self._index.gen:
@@ -879,21 +886,24 @@ class Topic:
         subs = self._subs
         if self._selective:
             subs = _selected(subs, message)
-        full = None
         if not subs:
             self.dropped += 1
-            self.full = full
-            return
+            self.full = None
+            return subs
         self.messages_out += len(subs)
-        # S3.1: stored on every durable subscription before any of them hands it out.
-        stored = stored_on(subs, message) if message.durable else None
+        return subs
+
+    def publish_to(self, subs, message):
+        """Enqueue C{message} on the subscriptions C{subs} that still exist."""
+        full = None
         # A tuple snapshot: a subscriber closing re-entrantly cannot disturb the loop.
         for queue in subs:
+            if queue.deleted:
+                continue
             queue.publish(message)
             if queue.full:
                 full = queue
         self.full = full
-        return stored
 
     def room(self):
         """The least L{Queue.room} of the subscriptions this topic feeds (S2.7), or

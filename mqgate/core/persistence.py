@@ -11,11 +11,12 @@ so the non-persistent path costs one attribute test.
 
 What the store sees, and when:
 
- - a persistent message is added (key: its queue's, id: its C{seq}) before its queue
-   may hand it to anyone, so that its removal can never overtake its addition;
-   L{mqgate.core.broker.Producer.send} returns the Deferred of that addition (for a
-   topic, of all of them), which fires once the store has the message as configured
-   (S3.4); the glue settles the producer's delivery then, and only then;
+ - a persistent message is added (key: its queue's, id: its C{seq}) and enqueued only
+   once the store has it (fail closed: a message the store did not take is never
+   delivered, S3.6); L{mqgate.core.broker.Producer.send} returns the Deferred of that
+   addition (for a topic, of all of them), which fires once the store has the message
+   as configured (S3.4) and the message is on its queues; the glue settles the
+   producer's delivery then, and only then;
  - it is removed when it leaves for good: a consumer settles it ACCEPTED or REJECTED,
    a pre-settled consumer takes it, or it expires;
  - its delivery count is written when a delivery fails (MODIFIED with
@@ -23,11 +24,13 @@ What the store sees, and when:
  - destinations and durable subscriptions are written when made and forgotten when
    deleted, with everything stored under them.
 
-Store failures. A failed add errbacks the producer's Deferred with L{StorageFailed}
-(the glue rejects the delivery with its condition and description). The message stays
-queued in memory: the store is fail-stop (L{mqgate.store.interfaces.StoreFailed}), so
-the broker goes on as a non-persistent one and says so in its log; every other failed
-store call is logged once per kind of error and then only counted.
+Store failures (S3.6). A failed add errbacks the producer's Deferred with
+L{StorageFailed} (the glue rejects the delivery with its condition and description) and
+the message is never enqueued. A store that cannot write refuses new persistent
+messages at once, keeps removals to write when it recovers, probes until it can write
+again and logs all that itself, at a bounded pace (L{mqgate.store.health}); so the core
+does not log those failures (they carry C{exhausted} and C{reason}). Any other failed
+store call (a bug) is logged once per kind of error and then only counted.
 
 Keys: the same text as L{mqgate.store.interfaces.destination_key} and C{durable_key}
 (the core may not import the store; tests/core/test_persistence.py checks that they
@@ -36,6 +39,7 @@ agree).
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqgate.core.addresses import QUEUE, TOPIC, canonical
 from mqgate.errors import ProtocolError
@@ -62,9 +66,19 @@ def _parse_durable_key(key):
 
 class StorageFailed(ProtocolError):
     """The store did not take a persistent message: its producer's delivery is
-    refused with this condition (S3.6: never acknowledged unless stored)."""
+    refused with this condition (S3.6: never acknowledged unless stored).
+
+    C{amqp:resource-limit-exceeded} when the store ran out of room (a full disk),
+    C{amqp:internal-error} otherwise.
+    """
 
     condition = "amqp:internal-error"
+
+
+def _store_cannot_write(error):
+    # The store's "cannot write now" error (mqgate.store.interfaces.StoreFailed; the
+    # core may not import the store): it has a reason and says whether room ran out.
+    return getattr(error, "exhausted", None) is not None and hasattr(error, "reason")
 
 
 class QueueStore:
@@ -183,21 +197,38 @@ class Persistence:
         self.store.remove_durable(container_id, name).addErrback(
             self.failed, "forget durable subscription", durable_key(container_id, name))
 
+    def store_status(self):
+        """The store's health as data (C{state}: healthy, failing or broken; while
+        failing C{reason}, C{advice}, C{seconds}, C{refused}; C{pending} writes), for
+        the admin; C{None} when the store does not tell."""
+        health = getattr(self.store, "health", None)
+        return None if health is None else health.status()
+
     # -- failures ----------------------------------------------------------------------
 
     def add_failed(self, failure, key, message_id):
-        """Errback of an add: log, and hand the producer a L{StorageFailed}."""
+        """Errback of an add: hand the producer a L{StorageFailed} (logged unless the
+        store logs it itself)."""
         self.failed(failure, "store a message in", key)
+        error = failure.value
+        if _store_cannot_write(error):
+            # Returned, not raised: while the store fails this is the answer to every
+            # persistent message, and a raised exception would carry a traceback.
+            return Failure(StorageFailed(
+                f"the message store cannot write: {error.reason}; persistent messages "
+                "are refused until it recovers",
+                "amqp:resource-limit-exceeded" if error.exhausted else None))
         raise StorageFailed(
             f"the broker could not store persistent message {message_id} "
             f"({failure.getErrorMessage()}); it was not acknowledged")
 
     def failed(self, failure, what, key):
-        """Errback of every store call: the first failure of each kind is logged."""
+        """Errback of every store call: counted; the first failure of each kind is
+        logged, except the store's own "cannot write now", which it logs itself."""
         kind = failure.type.__name__
         seen = self.failures.get(kind, 0)
         self.failures[kind] = seen + 1
-        if not seen:
+        if not seen and not _store_cannot_write(failure.value):
             self.log.failure("could not {what} {key} in the store; further {kind} "
                              "failures are only counted", failure, what=what, key=key,
                              kind=kind)

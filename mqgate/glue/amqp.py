@@ -418,7 +418,7 @@ class AmqpBrokerSession(BrokerSession):
         Rejected with the store's condition (never Accepted unless stored, S3.6). The
         link may be gone by then: the peer will send it again."""
         if presettled:
-            stored.addErrback(lambda _: None)   # at-most-once: logged by the core
+            stored.addErrback(lambda _: None)   # at-most-once: the store logs its faults
             return
 
         def settle(state):

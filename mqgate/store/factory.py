@@ -127,7 +127,8 @@ def open_store(settings, reactor):
         filepool_limit=settings["mqgate.persist.file.destination.message.filepool.limit"],
         cleanratio=settings["mqgate.persist.file.message.filepool.cleanratio"],
         cleanup=settings["mqgate.persist.file.message.cleanup"],
-        compact_threshold=threshold / 100.0 if threshold else None)
+        compact_threshold=threshold / 100.0 if threshold else None,
+        clock=reactor, retry_interval=settings["mqgate.persist.retry_interval"])
     description = f"file store in {directory}, sync {'on' if sync else 'off'}"
     return StoreService(store, description, pool=pool, runner=runner)
 

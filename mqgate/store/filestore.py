@@ -3,8 +3,9 @@ The file store (S3.3, S3.4): L{IMessageStore} on the journal, plus small files.
 
 Layout under the store directory (the broker passes C{instances/NAME/filestore/})::
 
-    destinations.json   destinations (rewritten whole, atomically: tmp + rename)
-    durables.json       durable subscriptions (likewise)
+    destinations.json   destinations: a snapshot, plus destinations.log, the changes
+                        since (catalog.py: one appended line per change)
+    durables.json       durable subscriptions (likewise, with durables.log)
     journal/*.seg       message records and transaction records (journal.py)
     large/<hash>/       own files of messages over max_record_size, one pool per
                         destination key (<hash>: SHA-1 of the key, 16 hex digits)
@@ -14,8 +15,9 @@ be atomic with the message records it orders against. An open transaction is kep
 in memory (so a crash rolls it back by construction, S3.1); C{prepare} writes one
 PREPARE record holding all its operations, C{commit} one COMMIT record (or, for a
 one-phase commit, one TXN record holding the operations). One record is all or nothing.
-Destinations and durable subscriptions change rarely and are small, so each change
-rewrites its file atomically.
+Destinations and durable subscriptions are small and change rarely, but a client may
+make many (auto-creation), so a change appends one line to a log and the snapshot is
+rewritten only now and then (O(1) per change, amortized).
 
 Threads. Two halves: L{FileStore} lives on the reactor thread and keeps a L{Ledger}
 (what is live, by submission order), so every call is checked and answered in order
@@ -24,8 +26,16 @@ runs only through the injected C{run_in_thread}, one batch at a time (L{WriteQue
 records submitted while a batch is being written wait and form the next batch, which
 gets one C{writev} and, with sync on, one fsync (group commit, S3.4). Every Deferred of
 a batch fires after that fsync, or with sync off after C{os.writev} returned (so a
-broker crash loses nothing acknowledged). If a batch fails, the store stops accepting
-writes (L{StoreFailed}): the ledger and the disk no longer agree.
+broker crash loses nothing acknowledged).
+
+Faults (S3.6). A full disk or an I/O error does not stop the store for good. A batch
+that fails stops at the failed operation: what was written before stays (and is
+acknowledged), the journal is cut back to its last whole record, and the store becomes
+I{failing} (L{mqgate.store.health}): the adds that were not written are taken back
+from the ledger and refused (L{StoreFailed}), so the broker never delivers them; new
+adds are refused at once; removals and catalog changes are kept, in order, and written
+first once a probe (repair, then write and remove a small file) succeeds. Own files of
+adds that were not written are freed again.
 """
 
 import hashlib
@@ -39,10 +49,12 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqgate.store import journal as j
-from mqgate.store.guard import guarded
+from mqgate.store.catalog import Catalog
+from mqgate.store.guard import guarded, refused_while_failing
+from mqgate.store.health import DEFAULT_RETRY_INTERVAL, StoreHealth, file_advice
 from mqgate.store.interfaces import (
-    CorruptStore, IMessageStore, PreparedTransaction, StoreError, StoreFailed,
-    StoredMessage, destination_key, durable_key)
+    CorruptStore, IMessageStore, PreparedTransaction, StoreClosed, StoreError,
+    StoreFailed, StoredMessage, destination_key, durable_key)
 from mqgate.store.memory import PREPARED, Ledger, Txn
 
 __all__ = ["FileStore", "FilePool", "WriteQueue", "DEFAULT_MAX_RECORD_SIZE"]
@@ -57,28 +69,59 @@ DEFAULT_COMPACT_THRESHOLD = 0.5
 #: Records that only cancel others (their size counts as dead at once).
 _CANCELLING = frozenset((j.REMOVE, j.DROP, j.COMMIT, j.ROLLBACK))
 
-_DESTINATIONS = "destinations.json"
-_DURABLES = "durables.json"
 
 
 # -- group commit -----------------------------------------------------------------------
 
+class BatchFailed(Exception):
+    """A batch stopped at a failed operation (raised on the writer thread).
+
+    @ivar done: how many operations, from the first, were carried out.
+    @ivar results: their results.
+    @ivar cause: the exception of the operation that failed.
+    """
+
+    def __init__(self, done, results, cause):
+        self.done = done
+        self.results = results
+        self.cause = cause
+        super().__init__(f"{done} operations done, then: {cause!r}")
+
+
+class OpFailed:
+    """The result of one operation that failed on its own, without stopping its batch
+    (a compaction pass that ran out of room)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
 class WriteQueue:
     """One writer: batches what is submitted while a write is in progress (S3.4).
 
+    When a batch fails, the operations it carried out are answered, and every other
+    (the rest of the batch, then what waits) goes to C{on_failure(cause, rest)}, which
+    answers those it refuses and returns, in order, those to keep; the queue then
+    I{stalls}, keeping them (and what is submitted later) until L{resume} (S3.6).
+
     @param run_in_thread: C{f(*args) -> Deferred}, e.g. C{deferToThreadPool} bound to
         a reactor and pool.
-    @param execute: C{execute(ops) -> [result per op]}, run in the thread.
+    @param execute: C{execute(ops) -> [result per op]}, run in the thread; raises
+        L{BatchFailed} (or any exception: nothing done).
     @param after_batch: called on the caller's thread after each batch's Deferreds.
+    @param on_failure: C{on_failure(cause, [(op, Deferred)]) -> [(op, Deferred)]}.
     """
 
-    def __init__(self, run_in_thread, execute, after_batch=None):
+    def __init__(self, run_in_thread, execute, after_batch=None, on_failure=None):
         self._run = run_in_thread
         self._execute = execute
         self._after_batch = after_batch
+        self._on_failure = on_failure or _refuse_all
         self._pending = []
         self._busy = False
-        self.failed = None
+        self.stalled = False
         self.batches = 0
         self.max_batch = 0
 
@@ -87,15 +130,30 @@ class WriteQueue:
         """Whether a batch is being written."""
         return self._busy
 
+    @property
+    def waiting(self):
+        """How many operations wait (while stalled: for the store to recover)."""
+        return len(self._pending)
+
     def submit(self, op):
         """Queue C{op}; the Deferred fires with its result once its batch is written."""
-        if self.failed is not None:
-            return defer.fail(StoreFailed(self.failed))
         d = defer.Deferred()
         self._pending.append((op, d))
-        if not self._busy:
+        if not (self._busy or self.stalled):
             self._start()
         return d
+
+    def resume(self):
+        """The store can write again: write what was kept, then go on."""
+        self.stalled = False
+        if self._pending and not self._busy:
+            self._start()
+
+    def abandon(self, error):
+        """Errback everything waiting with C{error} (closing while stalled)."""
+        pending, self._pending = self._pending, []
+        for _, d in pending:
+            d.errback(error)
 
     def _start(self):
         batch, self._pending = self._pending, []
@@ -109,20 +167,37 @@ class WriteQueue:
         # Deferreds fire while still busy, so what their callbacks submit joins the
         # next batch instead of starting a batch of one.
         if isinstance(result, Failure):
-            self.failed = result.value
-            for _, d in batch:
-                d.errback(result)
-            pending, self._pending = self._pending, []
-            for _, d in pending:
-                d.errback(StoreFailed(self.failed))
+            error = result.value
+            done, values, cause = ((error.done, error.results, error.cause)
+                                   if isinstance(error, BatchFailed) else (0, [], error))
+            _answer(batch[:done], values)
+            rest, self._pending = batch[done:] + self._pending, []
+            self.stalled = True
+            self._pending = self._on_failure(cause, rest) + self._pending
         else:
-            for (_, d), value in zip(batch, result):
-                d.callback(value)
+            _answer(batch, result)
         self._busy = False
-        if self._after_batch is not None and self.failed is None:
+        if self.stalled:
+            return
+        if self._after_batch is not None:
             self._after_batch()
-        if self._pending:
+        if self._pending and not self._busy and not self.stalled:
             self._start()
+
+
+def _answer(pairs, values):
+    for (_, d), value in zip(pairs, values):
+        if isinstance(value, OpFailed):
+            d.errback(value.error)
+        else:
+            d.callback(value)
+
+
+def _refuse_all(cause, rest):
+    error = StoreFailed(cause)
+    for _, d in rest:
+        d.errback(error)
+    return []
 
 
 # -- the file pool -----------------------------------------------------------------------
@@ -246,9 +321,13 @@ class FilePool:
 
 
 class _LargeAdd:
-    """An ADD_FILE payload whose own file is written on the writer thread."""
+    """An ADD_FILE payload whose own file is written on the writer thread.
 
-    __slots__ = ("destination", "message_id", "count", "rel", "data", "size")
+    The bytes are kept until the op is dropped: an op kept across a store failure (a
+    transaction) writes its own file again when it is retried.
+    """
+
+    __slots__ = ("destination", "message_id", "count", "rel", "data", "size", "written")
 
     def __init__(self, destination, message_id, count, rel, data):
         self.destination = destination
@@ -257,35 +336,43 @@ class _LargeAdd:
         self.rel = rel
         self.data = data
         self.size = j.add_file_size(destination, rel)
+        self.written = False
 
     def __len__(self):
         return self.size
 
     def materialize(self, pool, sync):
+        self.written = True
         pool.write(self.rel, self.data, sync)
         (payload,) = j.pack_add_file(self.destination, self.message_id, self.count,
                                      self.rel, len(self.data), zlib.crc32(self.data))
-        self.data = None
         return payload
 
 
 # -- operations handed to the writer thread ---------------------------------------------
 
 class _Record:
-    __slots__ = ("rtype", "parts", "releases")
+    """A journal record. C{key} is C{(destination, message_id)} for a plain add (what
+    to take back from the ledger if it is never written)."""
 
-    def __init__(self, rtype, parts, releases=()):
+    __slots__ = ("rtype", "parts", "releases", "key")
+
+    def __init__(self, rtype, parts, releases=(), key=None):
         self.rtype = rtype
         self.parts = parts
         self.releases = releases
+        self.key = key
 
 
-class _Snapshot:
-    __slots__ = ("name", "content")
+class _CatalogChange:
+    """Set or delete one destination or durable subscription (catalog.py)."""
 
-    def __init__(self, name, content):
-        self.name = name
-        self.content = content
+    __slots__ = ("catalog", "item", "delete")
+
+    def __init__(self, catalog, item, delete=False):
+        self.catalog = catalog
+        self.item = item
+        self.delete = delete
 
 
 class _Compact:
@@ -303,8 +390,22 @@ class _Close:
         self.cleanup = cleanup
 
 
+#: The size of the probe file a failing store writes (and removes) to see whether it
+#: can write again: small, but more than the few bytes a nearly full disk may still take.
+PROBE_SIZE = 64 * 1024
+_PROBE = "probe.tmp"
+
+
+def _destination_key(item):
+    return (item["kind"], item["name"])
+
+
+def _durable_key(item):
+    return (item["container_id"], item["name"])
+
+
 class _Disk:
-    """The writer-thread half: journal, pool, small files. Never on the reactor."""
+    """The writer-thread half: journal, pool, catalogs. Never on the reactor."""
 
     def __init__(self, directory, *, sync, segment_size, filepool_limit, cleanratio):
         self.directory = Path(directory)
@@ -312,13 +413,23 @@ class _Disk:
         self.journal = j.Journal(self.directory / "journal", segment_size=segment_size)
         self.pool = FilePool(self.directory / "large", limit=filepool_limit,
                              cleanratio=cleanratio)
-        self.file_fsyncs = 0
+        self.catalogs = {
+            "destinations": Catalog(self.directory, "destinations", _destination_key,
+                                    sync=sync),
+            "durables": Catalog(self.directory, "durables", _durable_key, sync=sync),
+        }
+
+    @property
+    def file_fsyncs(self):
+        """fsyncs of the destinations and durables logs."""
+        return sum(c.fsyncs for c in self.catalogs.values())
 
     def recover(self):
         """Read everything back (S3.1): C{(replay, destinations, durables, warnings)}."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        destinations = self._read_small(_DESTINATIONS, "destinations")
-        durables = self._read_small(_DURABLES, "durables")
+        (self.directory / _PROBE).unlink(missing_ok=True)
+        destinations = self.catalogs["destinations"].load()
+        durables = self.catalogs["durables"].load()
         replay, warnings = self.journal.recover(load_data=True)
         in_use = set()
         for held in replay.live.values():
@@ -336,69 +447,114 @@ class _Disk:
             holder.data = self.pool.read(*file)
             in_use.add(file[0])
 
-    def _read_small(self, name, field):
-        path = self.directory / name
-        path.with_suffix(".tmp").unlink(missing_ok=True)
-        if not path.exists():
-            return []
-        try:
-            return json.loads(path.read_bytes())[field]
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptStore(path, None, f"unreadable: {e}") from None
-
     def execute(self, ops):
-        """Run one batch in order; return one result per op."""
-        results, run = [None] * len(ops), []
-        for i, op in enumerate(ops):
-            if isinstance(op, _Record):
-                run.append(op)
+        """Run one batch in order; return one result per op.
+
+        @raise BatchFailed: an operation failed; those before it were carried out.
+        """
+        results, i = [], 0
+        while i < len(ops):
+            if isinstance(ops[i], _Record):
+                end = i
+                while end < len(ops) and isinstance(ops[end], _Record):
+                    end += 1
+                try:
+                    self._flush(ops[i:end])
+                except j.JournalWriteError as e:
+                    raise BatchFailed(i + e.done, results + [None] * e.done,
+                                      e.cause) from None
+                results.extend([None] * (end - i))
+                i = end
                 continue
-            self._flush(run)
-            run = []
-            results[i] = self._other(op)
-        self._flush(run)
+            try:
+                results.append(self._other(ops[i]))
+            except OSError as e:
+                raise BatchFailed(i, results, e) from None
+            i += 1
         return results
 
     def _flush(self, run):
-        if not run:
-            return
-        records = []
-        for op in run:
-            parts = [p.materialize(self.pool, self.sync) if isinstance(p, _LargeAdd)
-                     else p for p in op.parts]
-            records.append((op.rtype, parts))
-        self.journal.append(records)
-        if self.sync:
-            self.journal.sync()
-        # Own files are reused only once the records that free them are written.
-        for op in run:
-            for rel in op.releases:
-                self.pool.release(rel)
+        records, done = [], 0
+        try:
+            for op in run:
+                parts = [p.materialize(self.pool, self.sync) if isinstance(p, _LargeAdd)
+                         else p for p in op.parts]
+                records.append((op.rtype, parts))
+            self.journal.append(records, sync=self.sync)
+            done = len(run)
+        except j.JournalWriteError as e:
+            done = e.done
+            raise
+        except OSError as e:
+            raise j.JournalWriteError(0, e) from e
+        finally:
+            # Own files are reused only once the records that free them are written;
+            # the own files of adds that were not written are freed again.
+            for op in run[:done]:
+                for rel in op.releases:
+                    self._release(rel)
+            for op in run[done:]:
+                for part in op.parts:
+                    if isinstance(part, _LargeAdd) and part.written:
+                        part.written = False
+                        self._release(part.rel)
+
+    def _release(self, rel):
+        # Best effort: a file left behind is found free by the next recovery's scan.
+        try:
+            self.pool.release(rel)
+        except OSError:
+            pass
 
     def _other(self, op):
-        if isinstance(op, _Snapshot):
-            return self._write_small(op.name, op.content)
+        if isinstance(op, _CatalogChange):
+            catalog = self.catalogs[op.catalog]
+            if op.delete:
+                catalog.delete(op.item)
+            else:
+                catalog.set(op.item)
+            return None
         if isinstance(op, _Compact):
-            return self.journal.compact(op.threshold, roll=op.roll)
+            try:
+                return self.journal.compact(op.threshold, roll=op.roll)
+            except (OSError, CorruptStore) as e:
+                # The old segments are intact: only this pass failed (S3.6).
+                return OpFailed(StoreError(f"compaction failed: {e}"))
         self.journal.close()
+        for catalog in self.catalogs.values():
+            catalog.close()
         if op.cleanup:
             self.pool.cleanup()
         return None
 
-    def _write_small(self, name, content):
-        path = self.directory / name
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    def probe(self):
+        """Can the store write again? Repair what failed writes left, then write,
+        fsync and remove a small file. @raise OSError: not yet. @raise CorruptStore:
+        never by itself."""
+        self.journal.repair()
+        for catalog in self.catalogs.values():
+            catalog.repair()
+        path = self.directory / _PROBE
         try:
-            j.write_all(fd, [content])
-            if self.sync:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                j.write_all(fd, [bytes(PROBE_SIZE)])
                 os.fsync(fd)
-                self.file_fsyncs += 1
+            finally:
+                os.close(fd)
         finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        if self.sync:
-            j.fsync_dir(self.directory)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def close_quietly(self):
+        """Close the files of a store that cannot write (nothing more is written)."""
+        for closer in [self.journal.close] + [c.close for c in self.catalogs.values()]:
+            try:
+                closer()
+            except OSError:
+                pass
 
 
 # -- the reactor-thread half --------------------------------------------------------------
@@ -429,21 +585,27 @@ class FileStore:
     @param compact_threshold: automatic compaction rewrites sealed segments whose live
         share is below this; it runs when the dead bytes exceed one segment and this
         share of the journal. C{None} turns it off.
-    """
+    @param clock: an C{IReactorTime} for probing the disk while writes fail (S3.6), or
+        C{None}: no timer (call C{health.probe()}).
+    @param retry_interval: seconds between those probes.
 
-    @property
-    def _failed(self):
-        # For guarded(): the exception of an earlier failed write, or None.
-        return self._queue.failed
+    @ivar health: the L{StoreHealth}: whether the store can write now.
+    """
 
     def __init__(self, directory, run_in_thread, *, sync=False,
                  max_record_size=DEFAULT_MAX_RECORD_SIZE,
                  segment_size=j.DEFAULT_SEGMENT_SIZE, filepool_limit=DEFAULT_FILEPOOL_LIMIT,
-                 cleanratio=0, cleanup=False, compact_threshold=DEFAULT_COMPACT_THRESHOLD):
+                 cleanratio=0, cleanup=False, compact_threshold=DEFAULT_COMPACT_THRESHOLD,
+                 clock=None, retry_interval=DEFAULT_RETRY_INTERVAL):
         self._disk = _Disk(directory, sync=sync, segment_size=segment_size,
                            filepool_limit=filepool_limit, cleanratio=cleanratio)
         self._run = run_in_thread
-        self._queue = WriteQueue(run_in_thread, self._disk.execute, self._after_batch)
+        self._queue = WriteQueue(run_in_thread, self._disk.execute, self._after_batch,
+                                 self._write_failed)
+        self.health = StoreHealth(
+            clock, self._probe, f"file store in {directory}",
+            lambda error: file_advice(error, directory), resume=self._queue.resume,
+            pending=lambda: self._queue.waiting, retry_interval=retry_interval)
         self._ledger = Ledger()
         self._state = "new"
         self.max_record_size = max_record_size
@@ -497,7 +659,7 @@ class FileStore:
         replay, destinations, durables, warnings = result
         ledger = self._ledger
         for item in destinations:
-            ledger.destinations[(item["kind"], item["name"])] = item["attributes"]
+            ledger.destinations[(item["kind"], item["name"])] = item.get("attributes", {})
         for item in durables:
             ledger.durables[(item["container_id"], item["name"])] = (
                 item["topic"], item["selector"])
@@ -548,6 +710,7 @@ class FileStore:
         return j.ADD_FILE, [_LargeAdd(destination, message_id, 0, entry.rel, entry.data)]
 
     @guarded
+    @refused_while_failing
     def add_message(self, destination, message_id, data, *, txn=None):
         """Store a message; fires when durable as configured (S3.4).
 
@@ -561,11 +724,13 @@ class FileStore:
             return defer.succeed(None)
         rtype, parts = self._add_parts(destination, message_id, entry)
         entry.data = None
-        return self._submit(_Record(rtype, parts), entry.size)
+        return self._submit(_Record(rtype, parts, key=(destination, message_id)),
+                            entry.size)
 
     @guarded
     def remove_message(self, destination, message_id, *, txn=None):
-        """Remove a message (consumer settlement)."""
+        """Remove a message (consumer settlement). While the store cannot write, the
+        removal is kept and written once it can (S3.6); the Deferred fires then."""
         entry = self._ledger.remove(destination, message_id, txn)
         if txn is not None:
             return defer.succeed(None)
@@ -574,6 +739,7 @@ class FileStore:
         return self._submit(_Record(j.REMOVE, parts, _rels([entry])), _size(parts))
 
     @guarded
+    @refused_while_failing
     def update_delivery_count(self, destination, message_id, count):
         """Record a message's delivery count."""
         self._ledger.check_count(count)
@@ -589,16 +755,18 @@ class FileStore:
         json.dumps(attributes)    # TypeError (-> StoreError) before anything changes
         if not self._ledger.add_destination(kind, name, attributes):
             return defer.succeed(None)
-        return self._queue.submit(self._destinations_snapshot())
+        return self._queue.submit(_CatalogChange("destinations", {
+            "kind": kind, "name": name, "attributes": dict(attributes or {})}))
 
     @guarded
     def remove_destination(self, kind, name):
         """Forget a destination and its messages."""
         d = self._drop(destination_key(kind, name))
         if self._ledger.destinations.pop((kind, name), None) is not None:
-            # The snapshot is written after the DROP, so its Deferred reports both.
+            # Written after the DROP, so its Deferred reports both.
             d.addErrback(lambda _: None)
-            d = self._queue.submit(self._destinations_snapshot())
+            d = self._queue.submit(_CatalogChange(
+                "destinations", {"kind": kind, "name": name}, delete=True))
         return d
 
     @guarded
@@ -606,7 +774,9 @@ class FileStore:
         """Store a durable subscription (durables.json)."""
         if not self._ledger.add_durable(container_id, name, topic, selector):
             return defer.succeed(None)
-        return self._queue.submit(self._durables_snapshot())
+        return self._queue.submit(_CatalogChange("durables", {
+            "container_id": container_id, "name": name, "topic": topic,
+            "selector": selector}))
 
     @guarded
     def remove_durable(self, container_id, name):
@@ -614,7 +784,8 @@ class FileStore:
         d = self._drop(durable_key(container_id, name))
         if self._ledger.durables.pop((container_id, name), None) is not None:
             d.addErrback(lambda _: None)
-            d = self._queue.submit(self._durables_snapshot())
+            d = self._queue.submit(_CatalogChange(
+                "durables", {"container_id": container_id, "name": name}, delete=True))
         return d
 
     def _drop(self, key):
@@ -625,16 +796,6 @@ class FileStore:
         parts = j.pack_drop(key)
         return self._submit(_Record(j.DROP, parts, _rels(entries)), _size(parts))
 
-    def _destinations_snapshot(self):
-        items = [{"kind": k, "name": n, "attributes": a}
-                 for (k, n), a in self._ledger.destinations.items()]
-        return _Snapshot(_DESTINATIONS, _json({"destinations": items}))
-
-    def _durables_snapshot(self):
-        items = [{"container_id": c, "name": n, "topic": t, "selector": s}
-                 for (c, n), (t, s) in self._ledger.durables.items()]
-        return _Snapshot(_DURABLES, _json({"durables": items}))
-
     # -- transactions -----------------------------------------------------------------------
 
     @guarded
@@ -644,6 +805,7 @@ class FileStore:
         return defer.succeed(None)
 
     @guarded
+    @refused_while_failing
     def prepare(self, txn_id):
         """Write one PREPARE record holding the transaction's operations."""
         txn = self._ledger.prepare(txn_id)
@@ -651,6 +813,7 @@ class FileStore:
         return self._submit(_Record(j.PREPARE, parts), _size(parts))
 
     @guarded
+    @refused_while_failing
     def commit(self, txn_id):
         """Write COMMIT (prepared) or one TXN record (open); apply it to the ledger."""
         was_prepared = self._ledger.check_resolvable(txn_id).state == PREPARED
@@ -666,6 +829,7 @@ class FileStore:
         return self._submit(record, _size(record.parts))
 
     @guarded
+    @refused_while_failing
     def rollback(self, txn_id):
         """Discard a transaction; a prepared one gets a ROLLBACK record."""
         txn = self._ledger.rollback(txn_id)
@@ -692,6 +856,7 @@ class FileStore:
     # -- compaction and close -----------------------------------------------------------------
 
     @guarded
+    @refused_while_failing
     def compact(self):
         """Seal the active segment and rewrite every segment holding dead records."""
         return self._compact(1.0, roll=True)
@@ -728,14 +893,67 @@ class FileStore:
             self._compact(self.compact_threshold, roll=False).addErrback(lambda _: None)
 
     def close(self):
-        """Write what is pending, fsync, close the files (clean the pool if asked)."""
+        """Write what is pending, fsync, close the files (clean the pool if asked).
+
+        A store that cannot write closes its files without writing: what it kept
+        (removals) is lost, so those messages are delivered again after a restart
+        (at-least-once), and the log says how many.
+        """
         if self._state == "closed":
             return defer.succeed(None)
-        if self._state != "open" or self._queue.failed is not None:
-            self._state = "closed"
+        was_open, self._state = self._state == "open", "closed"
+        self.health.cancel()
+        if not was_open:
             return defer.succeed(None)
-        self._state = "closed"
-        return self._queue.submit(_Close(self.cleanup))
+        if not self.health.failing:
+            return self._queue.submit(_Close(self.cleanup))
+        kept = self._queue.waiting
+        if kept:
+            self.health.log.warn(
+                "The {store} closes without writing {kept} kept writes (it cannot "
+                "write: {reason}); messages consumed meanwhile will be delivered again "
+                "after the restart.", store=self.health.describe, kept=kept,
+                reason=self.health.error.reason)
+        self._queue.abandon(StoreClosed("the store closed before it could write this"))
+        return self._run(self._disk.close_quietly)
+
+    # -- faults (S3.6) ---------------------------------------------------------------------
+
+    def _write_failed(self, cause, rest):
+        """A batch failed (WriteQueue's C{on_failure}): refuse new data, keep the rest.
+
+        A plain add that was not written is taken back from the ledger and refused: its
+        producer hears so, and the broker never delivers it. A delivery count is
+        refused (the broker writes the next one). A compaction pass fails alone.
+        Everything else (removals, drops, destinations, durable subscriptions,
+        transaction records whose effect the ledger already shows) is kept, in order,
+        and written first once the store recovers.
+        """
+        error = self.health.write_failed(cause)
+        kept = []
+        for op, d in rest:
+            if isinstance(op, _Record) and op.key is not None:
+                self._take_back(op)
+                d.errback(error)
+            elif isinstance(op, _Record) and op.rtype == j.COUNT:
+                d.errback(error)
+            elif isinstance(op, (_Compact, _Close)):
+                d.errback(error)
+            else:
+                kept.append((op, d))
+        return kept
+
+    def _take_back(self, record):
+        destination, message_id = record.key
+        if self._ledger.is_live(destination, message_id):
+            entry = self._ledger.remove(destination, message_id)
+            self._total_bytes -= entry.size + j.HEADER_SIZE
+
+    def _probe(self):
+        # StoreHealth's probe: repair and test the disk on the writer thread.
+        if self._queue.busy:
+            return defer.fail(StoreFailed(self.health.error))
+        return self._run(self._disk.probe)
 
     def _count_dead(self, size):
         self._dead_bytes += size
@@ -757,5 +975,3 @@ def _rels(entries):
     return tuple(e.rel for e in entries if e.rel is not None)
 
 
-def _json(value):
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")

@@ -20,6 +20,7 @@ C{commit} or C{rollback}. Committed adds take their place in their destination's
 at the commit.
 """
 
+import errno
 from dataclasses import dataclass, field
 
 from zope.interface import Attribute, Interface
@@ -63,14 +64,52 @@ class StoreClosed(StoreError):
 
 
 class StoreFailed(StoreError):
-    """An earlier disk write failed; the store refuses further writes (fail-stop).
+    """The store cannot write now: a write failed and the store has not recovered yet.
 
-    @ivar cause: the original exception.
+    While a store is failing it refuses what would store new data (messages,
+    transactions, delivery counts) at once with this error, keeps what must not be
+    forgotten (removals, destinations, durable subscriptions) to write when it
+    recovers, and probes the disk or database until it can write again (S3.6).
+
+    @ivar cause: the original exception (an C{OSError}, a database error ...).
+    @ivar reason: the cause in words, for the producer and the log
+        (C{"No space left on device"}).
+    @ivar exhausted: the cause is a resource running out (disk space, quota), not a
+        fault: the broker answers C{amqp:resource-limit-exceeded} rather than
+        C{amqp:internal-error}.
     """
 
     def __init__(self, cause):
         self.cause = cause
-        super().__init__(f"store failed earlier and is read-only: {cause!r}")
+        self.reason = describe_cause(cause)
+        self.exhausted = _is_exhaustion(cause)
+        super().__init__(f"the message store cannot write: {self.reason}")
+
+
+#: errno values that mean "out of room" rather than "broken".
+_EXHAUSTED = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+#: SQLite's SQLITE_FULL ("database or disk is full").
+_SQLITE_FULL = 13
+
+
+def _is_exhaustion(cause):
+    # The cause, or what it wraps (the SQL store wraps driver errors).
+    for error in (cause, getattr(cause, "__cause__", None)):
+        if isinstance(error, StoreFailed):
+            return error.exhausted
+        if (getattr(error, "errno", None) in _EXHAUSTED
+                or getattr(error, "sqlite_errorcode", None) == _SQLITE_FULL):
+            return True
+    return False
+
+
+def describe_cause(cause):
+    """The words of a store failure's cause: C{strerror} of an C{OSError}, else the
+    exception's own text (a database message), else its class name."""
+    if isinstance(cause, StoreFailed):
+        return cause.reason
+    text = getattr(cause, "strerror", None) or str(cause).strip()
+    return text or type(cause).__name__
 
 
 class DuplicateMessage(StoreError):
@@ -196,6 +235,9 @@ class IMessageStore(Interface):
     """
 
     fsync_count = Attribute("How many journal fsyncs were made so far (S3.4).")
+    health = Attribute(
+        "Optional: a mqgate.store.health.StoreHealth, whether the store can write now "
+        "(S3.6); a store without one never fails for a while (the memory store).")
     stats = Attribute(
         "A dict of counters: fsyncs, records, batches, records_per_fsync, bytes ...")
 

@@ -50,8 +50,9 @@ from mqgate.store.interfaces import CorruptStore
 
 __all__ = [
     "ADD", "ADD_FILE", "COMMIT", "COUNT", "DROP", "HEADER_SIZE", "Journal", "PREPARE",
-    "REMOVE", "ROLLBACK", "TXN", "Replay", "encode_record", "pack_add", "pack_add_file",
-    "pack_count", "pack_drop", "pack_end", "pack_ops", "pack_remove", "scan", "write_all",
+    "REMOVE", "ROLLBACK", "TXN", "JournalWriteError", "Replay", "encode_record",
+    "pack_add", "pack_add_file", "pack_count", "pack_drop", "pack_end", "pack_ops",
+    "pack_remove", "scan", "write_all",
 ]
 
 MAGIC = b"MQJR"
@@ -287,6 +288,26 @@ def fsync_dir(path):
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class JournalWriteError(Exception):
+    """An append failed part way (S3.6: a full disk is a normal operating condition).
+
+    @ivar done: how many of the records passed were written and stay in the journal.
+    @ivar cause: the C{OSError}.
+    """
+
+    def __init__(self, done, cause):
+        self.done = done
+        self.cause = cause
+        super().__init__(f"{done} records written, then: {cause}")
+
+
 # -- replay ---------------------------------------------------------------------------
 
 def _sized(ops):
@@ -462,6 +483,8 @@ class Journal:
         self.max_records_per_fsync = 0
         self.bytes_written = 0
         self.compactions = 0
+        # The error of a failed append whose torn bytes could not be cut off.
+        self._damaged = None
 
     def _path(self, segno):
         return self.directory / f"{segno:010d}{_SEGMENT_SUFFIX}"
@@ -528,31 +551,83 @@ class Journal:
 
     # -- appending ----------------------------------------------------------------------
 
-    def append(self, records):
+    def append(self, records, sync=False):
         """Append C{[(type, parts)]} in order (os.writev); return their locations.
 
         Returns C{[(segment, offset, size)]}. The bytes are with the OS when this
-        returns (enough for a broker crash, S3.4); call L{sync} for a machine crash.
+        returns (enough for a broker crash, S3.4); with C{sync} they are on disk too.
+
+        @raise JournalWriteError: a write or fsync failed (a full disk, an I/O error).
+            Its C{done} records were written before the failure and stay (a segment
+            sealed on the way, so fsynced); the others were cut off again, so the
+            journal ends with a whole record and takes appends again once
+            L{repair} (a no-op when the cut worked) has succeeded.
         """
+        if self._damaged is not None:
+            raise JournalWriteError(0, self._damaged)
         locations, pending = [], []
-        for rtype, parts in records:
-            buffers = encode_record(rtype, parts)
-            size = sum(len(b) for b in buffers)
-            if self._offset and self._offset + size > self.segment_size:
-                self._write(pending)
-                pending = []
-                self.roll()
-            locations.append((self._segno, self._offset, size))
-            pending.extend(buffers)
-            self._offset += size
-        self._write(pending)
+        done = chunk = 0
+        base = self._offset       # where this chunk's bytes start in the active segment
+        try:
+            for rtype, parts in records:
+                buffers = encode_record(rtype, parts)
+                size = sum(len(b) for b in buffers)
+                if self._offset and self._offset + size > self.segment_size:
+                    self._write(pending)
+                    self._unsynced += chunk
+                    self.roll()
+                    done, chunk, base, pending = done + chunk, 0, 0, []
+                locations.append((self._segno, self._offset, size))
+                pending.extend(buffers)
+                self._offset += size
+                chunk += 1
+            self._write(pending)
+            self._unsynced += chunk
+            if sync:
+                self.sync()
+        except OSError as e:
+            self._cut_back(base)
+            self.records += done
+            raise JournalWriteError(done, e) from e
         self.records += len(records)
-        self._unsynced += len(records)
         return locations
 
     def _write(self, buffers):
         write_all(self._fd, buffers)
         self.bytes_written += sum(len(b) for b in buffers)
+
+    def _cut_back(self, offset):
+        # After a failed append: the active segment must end with a whole record again,
+        # or the next append would follow a torn one, which recovery would cut together
+        # with everything after it. If even this fails, appends wait for repair().
+        self._offset = offset
+        try:
+            os.ftruncate(self._fd, offset)
+            os.lseek(self._fd, offset, os.SEEK_SET)
+        except OSError as e:
+            self._damaged = e
+
+    def repair(self):
+        """Make the active segment end at its last whole record again and fsync it
+        (after a failed append, before the next one).
+
+        @raise OSError: still failing. @raise CorruptStore: the segment is shorter than
+            what was written to it: something else changed it, the broker cannot
+            repair that by itself.
+        """
+        path = self._path(self._segno)
+        if self._fd is None:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        if size < self._offset:
+            raise CorruptStore(path, size, f"the active journal segment is {size} bytes "
+                               f"long, but {self._offset} bytes were written to it")
+        if size > self._offset:
+            os.ftruncate(self._fd, self._offset)
+        os.lseek(self._fd, self._offset, os.SEEK_SET)
+        os.fsync(self._fd)
+        fsync_dir(self.directory)
+        self._damaged = None
 
     def sync(self):
         """fsync the active segment: one fsync for everything appended since the last."""
@@ -563,17 +638,33 @@ class Journal:
         self._unsynced = 0
 
     def roll(self):
-        """Seal the active segment (fsynced) and start the next one."""
+        """Seal the active segment (fsynced) and start the next one.
+
+        The next segment is opened before the sealed one is closed, so a failure (a
+        full disk, an I/O error) leaves the journal on its active segment, usable.
+        """
         self.sync()
+        path = self._path(self._segno + 1)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fsync_dir(self.directory)
+        except OSError:
+            os.close(fd)
+            _unlink_quietly(path)
+            raise
         os.close(self._fd)
-        self._open_segment(self._segno + 1, None)
+        self._fd = fd
+        self._segno += 1
+        self._offset = 0
 
     def close(self):
         """Close the active segment (after an fsync, so a clean stop loses nothing)."""
         if self._fd is not None:
-            self.sync()
-            os.close(self._fd)
-            self._fd = None
+            try:
+                self.sync()
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
     # -- compaction ---------------------------------------------------------------------
 
@@ -620,11 +711,17 @@ class Journal:
             path.unlink()
         else:
             tmp = path.with_suffix(_TMP_SUFFIX)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                write_all(fd, out)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    write_all(fd, out)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)
+            except OSError:
+                # A full disk or an I/O error: the old segment is intact; the pass is
+                # tried again later (S3.6).
+                _unlink_quietly(tmp)
+                raise
         fsync_dir(self.directory)

@@ -14,8 +14,14 @@ running, joins one batch: one C{runInteraction}, one COMMIT (one WAL fsync with 
 on), however many producers. Each Deferred of a batch fires after its COMMIT, so an
 acknowledged message is in the database. Statements run in call order (consecutive
 equal statements go through one C{executemany}), so the order of effects is the call
-order and what survives a crash is a prefix of the calls. A failed batch stops the
-store (L{StoreFailed}): the ledger and the database no longer agree.
+order and what survives a crash is a prefix of the calls.
+
+Faults (S3.6, L{mqgate.store.health}). A failed transaction (a full disk under SQLite,
+a PostgreSQL server stopped or restarted) makes the store failing: its adds are taken
+back from the ledger and refused (L{StoreFailed}), new adds are refused at once, and
+removals and catalog changes are kept and written first once a probe (a new connection
+and a write that changes nothing) succeeds, every C{mqgate.persist.retry_interval}
+seconds.
 
 Sync. C{mqgate.persist.jdbc.sync.enabled} (default true, as a database's COMMIT is
 durable by default) makes each COMMIT wait for the disk: SQLite C{synchronous=FULL}
@@ -39,7 +45,8 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqgate.store.guard import guarded
+from mqgate.store.guard import guarded, refused_while_failing
+from mqgate.store.health import DEFAULT_RETRY_INTERVAL, StoreHealth, file_advice
 from mqgate.store.interfaces import (
     IMessageStore, PreparedTransaction, StoreClosed, StoreError, StoreFailed,
     StoredMessage, destination_key, durable_key)
@@ -63,58 +70,81 @@ DEFAULT_MAX_BATCH = 5000
 class BatchWriter:
     """Coalesces the writes of a reactor turn into one database transaction (S3.4).
 
-    A write is a list of C{(sql, params)}. C{run_batch(statements) -> Deferred} runs
-    statements in one transaction; C{run_alone(job) -> Deferred} runs a job that needs
-    the connection to itself (compaction), after what was submitted before it.
-
-    @ivar failed: the exception of the batch that failed, or None.
+    A write is a list of C{(sql, params)} and a I{tag} saying what becomes of it if
+    its transaction fails (S3.6): C{None} (keep it, write it again once the store
+    recovers), L{REFUSE}, or C{(destination, message_id)} for a plain add. A failed
+    batch's writes, and what waits behind them, go to C{on_failure(cause, rest)},
+    which answers those it refuses and returns those to keep; the writer then stalls
+    until L{resume}. C{run_batch(statements) -> Deferred} runs statements in one
+    transaction; C{run_alone(job) -> Deferred} runs a job that needs the connection to
+    itself (compaction), after what was submitted before it.
     """
 
-    def __init__(self, clock, run_batch, run_alone, *, max_batch=DEFAULT_MAX_BATCH):
+    def __init__(self, clock, run_batch, run_alone, *, max_batch=DEFAULT_MAX_BATCH,
+                 on_failure=None):
         self._clock = clock
         self._run_batch = run_batch
         self._run_alone = run_alone
+        self._on_failure = on_failure or _refuse_all
         self.max_batch = max_batch
-        self._pending = []          # (kind, payload, Deferred, records)
+        self._pending = []          # (kind, payload, Deferred, tag)
         self._busy = False
         self._scheduled = False
         self._idle_waiters = []
-        self.failed = None
+        self.stalled = False
         self.commits = 0
         self.records = 0
         self.largest = 0
         self.statements = 0
 
-    def submit(self, statements):
+    @property
+    def waiting(self):
+        """How many writes wait (while stalled: for the store to recover)."""
+        return len(self._pending)
+
+    def submit(self, statements, tag=None):
         """Queue one write; the Deferred fires after the COMMIT that carries it."""
-        return self._queue("batch", statements)
+        return self._queue("batch", statements, tag)
 
     def submit_alone(self, job):
         """Queue C{job(connection)} to run by itself, in order; fires with its result."""
-        return self._queue("alone", job)
+        return self._queue("alone", job, REFUSE)
 
     def drained(self):
         """A Deferred that fires once everything submitted so far has been run."""
-        if not (self._busy or self._pending):
+        if not (self._busy or self._pending) or self.stalled:
             return defer.succeed(None)
         d = defer.Deferred()
         self._idle_waiters.append(d)
         return d
 
-    def _queue(self, kind, payload):
-        if self.failed is not None:
-            return defer.fail(StoreFailed(self.failed))
+    def resume(self):
+        """The database takes writes again: write what was kept, then go on."""
+        self.stalled = False
+        self._schedule()
+
+    def abandon(self, error):
+        """Errback everything waiting with C{error} (closing while stalled)."""
+        pending, self._pending = self._pending, []
+        for _, _, d, _ in pending:
+            d.errback(error)
+        self._wake_idle()
+
+    def _queue(self, kind, payload, tag):
         d = defer.Deferred()
-        self._pending.append((kind, payload, d))
-        if not (self._busy or self._scheduled):
+        self._pending.append((kind, payload, d, tag))
+        self._schedule()
+        return d
+
+    def _schedule(self):
+        if not (self._busy or self._scheduled or self.stalled) and self._pending:
             # Flush at the end of this turn: what else this turn writes shares it.
             self._scheduled = True
             self._clock.callLater(0, self._start)
-        return d
 
     def _start(self):
         self._scheduled = False
-        if self._busy or not self._pending:
+        if self._busy or not self._pending or self.stalled:
             return
         if self._pending[0][0] == "alone":
             batch, self._pending = self._pending[:1], self._pending[1:]
@@ -125,7 +155,7 @@ class BatchWriter:
                    and self._pending[n][0] == "batch"):
                 n += 1
             batch, self._pending = self._pending[:n], self._pending[n:]
-            statements = [s for _, payload, _ in batch for s in payload]
+            statements = [s for _, payload, _, _ in batch for s in payload]
             self.statements += len(statements)
             d = self._run_batch(statements)
         self._busy = True
@@ -139,27 +169,38 @@ class BatchWriter:
                 # A job (compaction) changes no data: its failure stops only itself.
                 batch[0][2].errback(StoreError(str(result.value)))
             else:
-                self.failed = result.value
-                for _, _, d in batch:
-                    d.errback(StoreFailed(self.failed))
-                pending, self._pending = self._pending, []
-                for _, _, d in pending:
-                    d.errback(StoreFailed(self.failed))
+                rest, self._pending = batch + self._pending, []
+                self.stalled = True
+                self._pending = self._on_failure(result.value, rest) + self._pending
         elif batch[0][0] == "alone":
             batch[0][2].callback(result)
         else:
             self.commits += 1
             self.records += len(batch)
             self.largest = max(self.largest, len(batch))
-            for _, _, d in batch:
+            for _, _, d, _ in batch:
                 d.callback(None)
         self._busy = False
-        if self._pending:
+        if self._pending and not self.stalled:
             self._start()
-        else:
-            waiters, self._idle_waiters = self._idle_waiters, []
-            for d in waiters:
-                d.callback(None)
+        elif not self._pending or self.stalled:
+            self._wake_idle()
+
+    def _wake_idle(self):
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+
+#: The tag of a write that is refused, not kept, when its transaction fails.
+REFUSE = "refuse"
+
+
+def _refuse_all(cause, rest):
+    error = StoreFailed(cause)
+    for _, _, d, _ in rest:
+        d.errback(error)
+    return []
 
 
 class _DatabaseError(Exception):
@@ -256,17 +297,16 @@ class SqlStore:
     @param clock: C{callLater} provider (the reactor) for the once-per-turn flush.
     @param max_batch: most writes per database transaction.
     @param where: a text naming the database, for messages.
+    @param retry_interval: seconds between attempts to write again while the database
+        cannot be written (S3.6).
 
     @ivar vendor: C{"sqlite"} or C{"postgresql"}.
     @ivar where: the database, for messages and logs (never a password).
+    @ivar health: the L{StoreHealth}: whether the store can write now.
     """
 
-    @property
-    def _failed(self):
-        # For guarded(): the exception of an earlier failed write, or None.
-        return self._writer.failed
-
-    def __init__(self, pool, schema, clock, *, max_batch=DEFAULT_MAX_BATCH, where=None):
+    def __init__(self, pool, schema, clock, *, max_batch=DEFAULT_MAX_BATCH, where=None,
+                 retry_interval=DEFAULT_RETRY_INTERVAL):
         self._pool = pool
         self.schema = schema
         self.vendor = schema.dialect.name
@@ -274,7 +314,11 @@ class SqlStore:
         self._sql = _Statements(schema)
         self._dbapi_error = schema.dialect.dbapi().Error
         self._writer = BatchWriter(clock, self._run_batch, self._run_alone,
-                                   max_batch=max_batch)
+                                   max_batch=max_batch, on_failure=self._write_failed)
+        self.health = StoreHealth(
+            clock, self._probe, f"{self.vendor} store ({self.where})", self._advice,
+            resume=self._writer.resume, pending=lambda: self._writer.waiting,
+            retry_interval=retry_interval)
         self._ledger = Ledger()
         self._state = "new"
         self._seq = 0
@@ -399,10 +443,11 @@ class SqlStore:
         self._seq += 1
         return self._seq
 
-    def _write(self, statements):
-        return self._writer.submit(statements)
+    def _write(self, statements, tag=None):
+        return self._writer.submit(statements, tag)
 
     @guarded
+    @refused_while_failing
     def add_message(self, destination, message_id, data, *, txn=None):
         """Store a message; fires after the COMMIT of its batch (S3.4)."""
         self._ledger.check_message(destination, message_id, data)
@@ -413,7 +458,8 @@ class SqlStore:
             return defer.succeed(None)
         self._bytes_written += len(data)
         return self._write([(self._sql.insert_message, (
-            self._next_seq(), destination, to_sql_id(message_id), data))])
+            self._next_seq(), destination, to_sql_id(message_id), data))],
+            (destination, message_id))
 
     @guarded
     def remove_message(self, destination, message_id, *, txn=None):
@@ -425,12 +471,13 @@ class SqlStore:
                              (destination, to_sql_id(message_id)))])
 
     @guarded
+    @refused_while_failing
     def update_delivery_count(self, destination, message_id, count):
         """Record a message's delivery count."""
         self._ledger.check_count(count)
         self._ledger.get(destination, message_id)
         return self._write([(self._sql.update_count,
-                             (count, destination, to_sql_id(message_id)))])
+                             (count, destination, to_sql_id(message_id)))], REFUSE)
 
     # -- destinations and durables -----------------------------------------------------
 
@@ -500,6 +547,7 @@ class SqlStore:
         return defer.succeed(None)
 
     @guarded
+    @refused_while_failing
     def prepare(self, txn_id):
         """Write the transaction and its operations (MQTXN41, MQTXNOP41)."""
         txn = self._ledger.prepare(txn_id)
@@ -519,6 +567,7 @@ class SqlStore:
         return self._write(statements)
 
     @guarded
+    @refused_while_failing
     def commit(self, txn_id):
         """Apply a transaction: its removes, then its adds, at the end of the order."""
         was_prepared = self._ledger.check_resolvable(txn_id).state == PREPARED
@@ -541,6 +590,7 @@ class SqlStore:
         return self._write(statements) if statements else defer.succeed(None)
 
     @guarded
+    @refused_while_failing
     def rollback(self, txn_id):
         """Discard a transaction; a prepared one is deleted from the tables."""
         txn = self._ledger.rollback(txn_id)
@@ -553,6 +603,7 @@ class SqlStore:
     # -- compaction and close ----------------------------------------------------------
 
     @guarded
+    @refused_while_failing
     def compact(self):
         """Give free pages back (SQLite VACUUM, PostgreSQL VACUUM), after what is
         pending; fires with C{bytes_before}, C{bytes_after}, C{live_bytes}."""
@@ -562,17 +613,82 @@ class SqlStore:
         return self.schema.dialect.compact(conn, self.schema)
 
     def close(self):
-        """Commit what is pending, then close the connection."""
+        """Commit what is pending, then close the connection. A store that cannot
+        write drops what it kept (removals: those messages come back after the
+        restart, at least once) and says how many."""
         if self._state == "closed":
             return defer.succeed(None)
-        was_open = self._state == "open" and self._writer.failed is None
+        was_open = self._state == "open"
         self._state = "closed"
+        self.health.cancel()
         if not was_open:
             self._pool.close()
             return defer.succeed(None)
+        if self.health.failing:
+            kept = self._writer.waiting
+            if kept:
+                self.health.log.warn(
+                    "The {store} closes without writing {kept} kept writes (it cannot "
+                    "write: {reason}); messages consumed meanwhile will be delivered "
+                    "again after the restart.", store=self.health.describe, kept=kept,
+                    reason=self.health.error.reason)
+            self._writer.abandon(StoreClosed("the store closed before it could write this"))
         d = self._writer.drained()
         d.addBoth(lambda _: self._pool.close())
         return d
+
+    # -- faults (S3.6) -----------------------------------------------------------------
+
+    def _write_failed(self, cause, rest):
+        """A transaction failed (the writer's C{on_failure}): refuse new data, keep the
+        rest, in order, to write once the database takes writes again.
+
+        A plain add is taken back from the ledger and refused. Its row is deleted again
+        first thing on recovery: a server that went away during the COMMIT may have
+        committed it, and a refused message must never come back.
+        """
+        error = self.health.write_failed(cause)
+        kept = []
+        for kind, payload, d, tag in rest:
+            if tag == REFUSE:
+                d.errback(error)
+            elif tag is not None:
+                destination, message_id = tag
+                if self._ledger.is_live(destination, message_id):
+                    self._ledger.remove(destination, message_id)
+                undo = defer.Deferred()
+                undo.addErrback(lambda _: None)   # kept until written; nobody waits
+                kept.append(("batch", [(self._sql.delete_message, (
+                    destination, to_sql_id(message_id)))], undo, None))
+                d.errback(error)
+            else:
+                kept.append((kind, payload, d, tag))
+        return kept
+
+    def _probe(self):
+        # StoreHealth's probe: a fresh connection, and a write that changes nothing.
+        return self._pool.runWithConnection(self._probe_job)
+
+    def _probe_job(self, conn):
+        conn.reconnect()
+        cursor = conn.cursor()
+        try:
+            self.schema.dialect.probe(cursor)
+            conn.commit()
+        except self._dbapi_error as e:
+            raise _DatabaseError(f"{self.where}: {e}") from e
+        finally:
+            cursor.close()
+
+    def _advice(self, error):
+        if self.vendor == "sqlite":
+            if error.exhausted:
+                return f"free disk space on the file system of the {self.where}"
+            return file_advice(error.cause.__cause__ or error.cause, self.where)
+        if error.exhausted:
+            return f"free disk space on the database server of {self.where}"
+        return (f"check that the database server of {self.where} runs and accepts "
+                "connections from the broker")
 
 
 def sql_store_from_settings(settings, reactor, *, prompt=None):
@@ -585,4 +701,5 @@ def sql_store_from_settings(settings, reactor, *, prompt=None):
     """
     config = sql_config_from_settings(settings, prompt=prompt)
     return SqlStore(connection_pool(config, reactor), config.schema(), reactor,
-                    where=config.where())
+                    where=config.where(),
+                    retry_interval=settings["mqgate.persist.retry_interval"])

@@ -143,6 +143,12 @@ class Dialect:
         """The database, for messages (never shows a password)."""
         return url
 
+    def probe(self, cursor):
+        """Check that the database takes writes again after a failure (S3.6), without
+        changing anything the store keeps: here, that it answers at all."""
+        cursor.execute("SELECT 1")
+        cursor.fetchall()
+
     def compact(self, conn, schema):
         """Give free space back; C{conn} is adbapi's connection wrapper. Returns
         C{bytes_before}, C{bytes_after} (the tables' main storage) and C{live_bytes}
@@ -194,6 +200,13 @@ class SqliteDialect(Dialect):
 
     def where(self, url):
         return f"SQLite database {url}"
+
+    def probe(self, cursor):
+        # A real write: rewriting the header's user_version (unused by the store) with
+        # its own value appends a page to the WAL, which fails while the disk is full.
+        cursor.execute("PRAGMA user_version")
+        (version,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA user_version = {int(version)}")
 
     def compact(self, conn, schema):
         cursor = conn.cursor()

@@ -10,7 +10,7 @@ from zope.interface import implementer
 from mqgate.core import Broker, BrokerMessage, CoreConfig
 from mqgate.core.persistence import Persistence, StorageFailed, durable_key
 from mqgate.store import (
-    IMessageStore, MemoryStore, StoreFailed, destination_key)
+    DuplicateMessage, IMessageStore, MemoryStore, StoreFailed, destination_key)
 from mqgate.store import durable_key as store_durable_key
 
 from tests.core import consume
@@ -95,19 +95,90 @@ class _SlowStore:
         self.pending = []
 
 
-def test_send_waits_for_the_store_while_consumers_already_get_the_message():
-    """S3.4: the Deferred fires only when the store confirms; delivery does not wait
-    (the add is ordered before any removal, so settling first is safe)."""
+class _RefusingStore(_SlowStore):
+    """A slow store whose adds can be refused, as a full disk makes them."""
+
+    def refuse(self):
+        for done, d in self.pending:
+            d.errback(StoreFailed(OSError(28, "No space left on device")))
+        self.pending = []
+
+
+def test_a_persistent_message_is_delivered_only_once_stored():
+    """S3.6: a persistent message reaches no consumer before the store has it; then it
+    is delivered, and send's Deferred fires."""
     store = _SlowStore()
     broker, _, _, _ = stored_broker(store)
     consumer, target = consume(broker, "queue://q", credit=5)
     d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
-    assert not d.called
-    assert target.payloads == [b"m"]
-    target.settle_all()
+    assert not d.called and target.payloads == []
+    assert broker.queue("q").depth == 0
     store.release()
     assert d.called and d.result is None
+    assert target.payloads == [b"m"]
+    target.settle_all()
     assert held(store.inner, "queue://q") == []
+
+
+def test_a_message_the_store_refused_is_never_delivered():
+    """S3.6: when the store cannot write, the message is enqueued nowhere and the
+    producer is told why (a full disk: amqp:resource-limit-exceeded)."""
+    store = _RefusingStore()
+    broker, _, _, _ = stored_broker(store)
+    consumer, target = consume(broker, "queue://q", credit=5)
+    d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+    failures = []
+    d.addErrback(failures.append)
+    store.refuse()
+    [failure] = failures
+    assert failure.check(StorageFailed)
+    assert failure.value.condition == "amqp:resource-limit-exceeded"
+    assert failure.value.description == (
+        "the message store cannot write: No space left on device; persistent "
+        "messages are refused until it recovers")
+    assert target.payloads == [] and broker.queue("q").depth == 0
+
+
+def test_a_producers_messages_keep_their_order_while_the_store_works():
+    """S3.6: a non-persistent message sent after a persistent one still being stored
+    waits for it; a refused one in between is skipped, the order of the rest holds."""
+    store = _SlowStore()
+    broker, _, _, _ = stored_broker(store)
+    consumer, target = consume(broker, "queue://q", credit=10)
+    producer = broker.open_producer("queue://q")
+    producer.send(BrokerMessage(b"p1", durable=True))
+    assert producer.send(BrokerMessage(b"n2")) is None
+    refused = producer.send(BrokerMessage(b"p3", durable=True))
+    producer.send(BrokerMessage(b"n4"))
+    assert target.payloads == []
+    first, second = store.pending
+    store.pending = [first]
+    store.release()
+    assert target.payloads == [b"p1", b"n2"]
+    refused.addErrback(lambda _: None)
+    second[1].errback(StoreFailed(OSError(5, "Input/output error")))
+    assert target.payloads == [b"p1", b"n2", b"n4"]
+    producer.send(BrokerMessage(b"n5"))
+    assert target.payloads[-1] == b"n5"
+
+
+def test_a_topic_delivers_a_persistent_message_to_no_subscriber_unless_stored():
+    """S3.6: on a topic with durable and non-durable subscribers, a persistent message
+    reaches none of them before it is stored, and none at all when it is refused."""
+    store = _RefusingStore()
+    broker, _, _, _ = stored_broker(store)
+    _, durable = consume(broker, "topic://t", durable_name="d", container_id="c",
+                         credit=5)
+    _, plain = consume(broker, "topic://t", credit=5)
+    producer = broker.open_producer("topic://t")
+    kept = producer.send(BrokerMessage(b"kept", durable=True))
+    assert durable.payloads == plain.payloads == []
+    store.release()
+    assert kept.called and durable.payloads == plain.payloads == [b"kept"]
+    lost = producer.send(BrokerMessage(b"lost", durable=True))
+    lost.addErrback(lambda _: None)
+    store.refuse()
+    assert durable.payloads == plain.payloads == [b"kept"]
 
 
 @pytest.mark.parametrize("outcome, kept", [
@@ -192,10 +263,10 @@ class _FailingStore(MemoryStore):
         return defer.fail(StoreFailed(OSError(28, "No space left on device")))
 
 
-def test_a_failed_add_errbacks_with_a_condition_and_is_logged():
+def test_a_refused_add_errbacks_with_a_condition_and_is_left_to_the_store_to_log():
     """S3.6: a message the store refused is never acknowledged: send's Deferred
-    errbacks with StorageFailed (amqp:internal-error and a description), and the
-    failure is logged."""
+    errbacks with StorageFailed naming the cause; the core counts the failure but does
+    not log it per message (the store logs its state at a bounded pace)."""
     broker, _, _, _ = stored_broker(_FailingStore())
     with capturedLogs() as events:
         d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
@@ -203,10 +274,30 @@ def test_a_failed_add_errbacks_with_a_condition_and_is_logged():
         d.addErrback(failure.append)
     [failure] = failure
     assert failure.check(StorageFailed)
-    assert failure.value.condition == "amqp:internal-error"
+    assert failure.value.condition == "amqp:resource-limit-exceeded"
     assert "No space left on device" in failure.value.description
-    assert any("log_failure" in e for e in events)
+    assert not any("log_failure" in e for e in events)
     assert broker.persistence.failures == {"StoreFailed": 1}
+
+
+@implementer(IMessageStore)
+class _BuggyStore(MemoryStore):
+    """Every add fails with an error that is not the store's "cannot write now"."""
+
+    def add_message(self, destination, message_id, data, *, txn=None):
+        return defer.fail(DuplicateMessage(destination, message_id))
+
+
+def test_any_other_failed_add_is_an_internal_error_and_is_logged():
+    """A store error that is not a fault of the disk (a bug) is refused as
+    amqp:internal-error and logged (the first of its kind)."""
+    broker, _, _, _ = stored_broker(_BuggyStore())
+    with capturedLogs() as events:
+        d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
+        failure = []
+        d.addErrback(failure.append)
+    assert failure[0].value.condition == "amqp:internal-error"
+    assert any("log_failure" in e for e in events)
 
 
 def test_recovery_rebuilds_destinations_subscriptions_and_messages_in_order():

@@ -129,28 +129,38 @@ def test_work_submitted_by_callbacks_joins_the_next_batch(tmp_path):
     assert store.stats["max_batch"] == 2
 
 
-def test_a_failed_write_fails_its_batch_and_stops_the_store(tmp_path, monkeypatch):
-    """A disk error errbacks the batch with it, and what waited behind it and every
-    later call get StoreFailed: the store never acknowledges what it did not write."""
+def test_a_failed_write_refuses_its_adds_until_the_store_recovers(tmp_path, monkeypatch):
+    """S3.6: a disk error refuses the adds of its batch and of what waited behind it
+    (StoreFailed naming the cause), later adds are refused at once without a write,
+    and once the fault clears a probe makes the store take adds again."""
     store, slow = slow_store(tmp_path, sync=True)
     ok = store.add_message(Q, 1, b"a")
     slow.finish_one()
     result(ok)
+    real_append = store._disk.journal.append
 
-    def broken(records):
+    def broken(records, sync=False):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(store._disk.journal, "append", broken)
     first = store.add_message(Q, 2, b"b")
     queued = store.add_message(Q, 3, b"c")
     slow.finish_one()
-    for d, kind in ((first, OSError), (queued, StoreFailed)):
+    for d in (first, queued):
         box = []
         d.addErrback(box.append)
-        assert box[0].check(kind)
+        assert box[0].check(StoreFailed) and box[0].value.exhausted
     later = store.add_message(Q, 4, b"d")
-    box = []
-    later.addErrback(box.append)
-    assert box[0].check(StoreFailed)
+    assert later.called and not slow.calls
+    later.addErrback(lambda _: None)
+    monkeypatch.setattr(store._disk.journal, "append", real_append)
+    probe = store.health.probe()
+    slow.finish_one()
+    assert result(probe) is True
+    again = store.add_message(Q, 5, b"e")
+    slow.finish_one()
+    assert result(again) is None
+    recovered = result(FileStore(tmp_path, run_now).recover())
+    assert [m.message_id for m in recovered.messages[Q]] == [1, 5]
 
 
 def test_write_queue_runs_one_batch_at_a_time():

@@ -200,9 +200,10 @@ def test_another_store_version_is_refused(sqlite_opener):
     assert "store version(s) [99]" in str(failure(again.recover(), SchemaError))
 
 
-def test_a_failed_batch_stops_the_store(sql_opener):
-    """S3.6: when the database refuses a batch, its acknowledgements fail and so does
-    every later call (StoreFailed): the store never acknowledges what it did not write."""
+def test_a_failed_batch_refuses_its_adds_and_keeps_the_rest(sql_opener):
+    """S3.6: when the database refuses a batch, its adds are refused (StoreFailed with
+    the database's words), later adds are refused at once, and a catalog change made
+    meanwhile waits for the store to recover instead of failing."""
     store, _ = sql_opener.store()
     result(store.recover())
     result(store.add_message(Q, 1, b"kept"))
@@ -212,7 +213,9 @@ def test_a_failed_batch_stops_the_store(sql_opener):
     conn.close()
     error = failure(store.add_message(Q, 2, b"lost"), StoreFailed)
     assert "mqmsg41_b1" in str(error).lower()
-    failure(store.add_destination("queue", "x", {}), StoreFailed)
+    assert store.health.failing
+    assert not store.add_destination("queue", "x", {}).called
+    failure(store.add_message(Q, 3, b"refused"), StoreFailed)
 
 
 def test_message_ids_use_all_64_bits(sql_opener):
