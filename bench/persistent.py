@@ -114,7 +114,7 @@ def run_producer(options):
     """Send C{--messages} persistent messages, unsettled; print a JSON result line."""
     payload = encode_message(b"p" * options.size, header=Header(durable=True))
     try:
-        client = amqp_engine_throughput._Client(options.url, options,
+        client = amqp_engine_throughput._client(options,
                                                 amqp_engine_throughput.STALL_TIMEOUT)
         link = client.open_link(SENDER, options.address, SND_UNSETTLED)
         sent = accepted = refused = 0
@@ -143,7 +143,7 @@ def run_producer(options):
 def run_consumer(options):
     """Attach, print ``ready``, accept C{--messages} messages; print a JSON line."""
     try:
-        client = amqp_engine_throughput._Client(options.url, options, READY_TIMEOUT)
+        client = amqp_engine_throughput._client(options, READY_TIMEOUT)
         link = client.open_link(RECEIVER, options.address, SND_UNSETTLED)
         link.flow(options.prefetch)
         client.flush()
