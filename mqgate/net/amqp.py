@@ -10,6 +10,14 @@ from mqgate.net.engine import EngineFactory, Flusher
 
 __all__ = ["AmqpServerFactory", "Flusher"]
 
+# The setting behind each engine limit, quoted to a client that passes one.
+_SETTING_NAMES = {
+    "channel_max": "mqgate.amqp.channel_max",
+    "handle_max": "mqgate.amqp.handle_max",
+    "max_preauth_bytes": "mqgate.amqp.preauth.max_bytes",
+    "max_partial_bytes": "mqgate.ingress.partial.max_bytes",
+}
+
 
 class AmqpServerFactory(EngineFactory):
     """Builds AMQP connections for one connection service."""
@@ -34,7 +42,12 @@ class AmqpServerFactory(EngineFactory):
             max_frame_size=settings["mqgate.amqp.max_frame_size"],
             channel_max=settings["mqgate.amqp.channel_max"],
             idle_timeout=settings["mqgate.amqp.idle_timeout"],
-            sasl_mechanisms=self.sasl_mechanisms, allow_no_sasl=self.allow_anonymous)
+            sasl_mechanisms=self.sasl_mechanisms, allow_no_sasl=self.allow_anonymous,
+            handle_max=settings["mqgate.amqp.handle_max"],
+            heartbeat_floor=settings["mqgate.amqp.min_heartbeat_interval"] / 1000,
+            max_preauth_bytes=settings["mqgate.amqp.preauth.max_bytes"],
+            max_partial_bytes=settings["mqgate.ingress.partial.max_bytes"],
+            setting_names=_SETTING_NAMES)
         glue = AmqpBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                  self.glue_config, protocol.request_flush, peer=protocol.peer,
                                  pause_reading=protocol.pause_reading,
