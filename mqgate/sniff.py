@@ -30,6 +30,10 @@ Answers:
     L{SNIFF_BUDGET} bytes have arrived without a decision (only possible with a long
     run of leading EOLs), so that a caller's buffer stays bounded (style P5).
 
+The answer depends on the first L{SNIFF_BUDGET} bytes only, and once it is not
+L{NEED_MORE} it stays the same however many bytes follow: sniffing is the same
+whichever way the bytes were split into arrivals.
+
 An AMQP header with another version (for instance 0-9-1, C{"AMQP" 0 0 9 1}) is
 L{UNKNOWN}: the caller answers with the header it supports and closes (AMQP s2.2).
 """
@@ -125,7 +129,11 @@ def sniff(prefix):
     @param prefix: every byte received so far (bytes, bytearray or memoryview).
     @return: a L{Kind}: a protocol, L{NEED_MORE} or L{UNKNOWN}.
     """
-    data = bytes(prefix)
+    # Only the first SNIFF_BUDGET bytes count: the answer must not depend on how the
+    # bytes were split into arrivals (a 65-byte read must not find a STOMP frame that
+    # a 64-byte read plus one more byte was already refused for), and the copy stays
+    # small however much the caller has buffered.
+    data = bytes(prefix[:SNIFF_BUDGET])
     rest, skipped = _skip_eols(data)
     if rest == b"\r":
         # A CR that may yet become an EOL before a STOMP frame: wait for its LF.

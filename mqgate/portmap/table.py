@@ -256,6 +256,10 @@ _SCHEMES = {"mq": (False, False, "jms"), "mqtcp": (True, False, "jms"),
             "mqssl": (True, True, "ssljms")}
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")
 _HOST_PORT_RE = re.compile(r"^(\[[^\]]*\]|[^:/\[\]]*)(?::([^/]*))?$")
+#: A port as written in an address: ASCII digits only (str.isdigit() also takes "²"
+#: and other digits int() refuses), and few enough that int() is cheap and cannot
+#: hit Python's limit on digits.
+_PORT_RE = re.compile(r"[0-9]{1,5}")
 
 
 def _split_scheme(text):
@@ -293,7 +297,7 @@ def parse_mq_url(text):
             raise MqAddressError(text, f"{scheme}: connects to the service port "
                                  "directly, so the port is required")
         port = DEFAULT_PORT
-    elif port_text.isdigit() and 0 < int(port_text) <= 65535:
+    elif _PORT_RE.fullmatch(port_text) and 0 < int(port_text) <= 65535:
         port = int(port_text)
     else:
         raise MqAddressError(text, f"port {port_text!r} is not a number in 1..65535")
