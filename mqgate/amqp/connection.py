@@ -36,6 +36,11 @@ descriptions quote (C{setting_names}):
   links could otherwise hold that much on each).
 - C{heartbeat_floor}: the shortest interval between our empty frames, however small
   an idle-time-out the peer announces (1 ms would otherwise mean 4,000 frames a second).
+- C{frame_budget}: how much work one C{receive_data} call may do, in frames (an attach
+  or a begin counts for several: each makes the layer above create a consumer, a
+  producer, a session). Frames beyond it wait, parsed, in C{_backlog}; C{backlogged}
+  tells the adapter to stop reading and call again (with C{b""}) in the next turn of
+  its event loop, so one peer's burst of costly frames never holds it for long.
 
 Every buffer grows linearly: input is appended to one buffer and cut once, never
 re-joined on each read.
@@ -46,6 +51,7 @@ not sent one, so the peer can read the close), and marks the connection finished
 error is kept in C{error} for the adapter to log.
 """
 
+import collections
 import enum
 
 from mqgate.amqp import codec
@@ -83,6 +89,11 @@ SASL_OK, SASL_AUTH, SASL_SYS = 0, 1, 2
 MAX_PREAUTH_BYTES = 16384
 #: Shortest interval between our heart-beats, seconds.
 HEARTBEAT_FLOOR = 1.0
+
+# What a frame costs against the frame budget, by performative code: an attach or a
+# begin makes the layer above build a consumer, a producer or a session (hundreds of
+# microseconds, where a transfer or a flow costs tens).
+_FRAME_COST = {0x11: 4, 0x12: 4}
 
 
 class ConnectionState(enum.Enum):
@@ -131,6 +142,8 @@ class Connection:
     @param heartbeat_floor: seconds; we send empty frames no more often than this.
     @param setting_names: limit parameter name -> the setting an operator changes,
         quoted in the description of the error a peer gets when it passes the limit.
+    @param frame_budget: frames one C{receive_data} call processes at most (costly ones
+        count more), or None for all of them.
     """
 
     def __init__(self, *, server=True, container_id="mqgate", max_frame_size=1 << 20,
@@ -138,7 +151,7 @@ class Connection:
                  allow_no_sasl=True, credentials=None, hostname=None,
                  offered_capabilities=None, properties=None, handle_max=HANDLE_MAX,
                  max_preauth_bytes=MAX_PREAUTH_BYTES, max_partial_bytes=None,
-                 heartbeat_floor=HEARTBEAT_FLOOR, setting_names=None):
+                 heartbeat_floor=HEARTBEAT_FLOOR, setting_names=None, frame_budget=None):
         self.server = server
         self.container_id = container_id
         self.max_frame_size = max(max_frame_size, MIN_MAX_FRAME_SIZE)
@@ -155,6 +168,8 @@ class Connection:
         self.max_partial_bytes = max_partial_bytes
         self.heartbeat_floor = heartbeat_floor
         self.setting_names = dict(setting_names or {})
+        self.frame_budget = frame_budget
+        self._backlog = collections.deque()   # frames read, not yet processed
         self.state = ConnectionState.START
         self.remote_open = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
@@ -185,23 +200,31 @@ class Connection:
     # -- driver API --------------------------------------------------------------------------
 
     def receive_data(self, data):
-        """Feed received bytes; return the events they caused, in order."""
+        """Feed received bytes; return the events they caused, in order.
+
+        With a C{frame_budget}, frames beyond it wait (L{backlogged}): call again, with
+        C{b""} or more bytes, to go on."""
         events = []
         if self.finished or self._phase is _CLOSED:
             return events
+        over = False
         if self._preauth is not None:
+            # Read what fits in the budget as usual (the SASL exchange gets to the point
+            # where a refusal can be said), then refuse.
+            allowed = self.max_preauth_bytes - self._preauth
             self._preauth += len(data)
-            if self._preauth > self.max_preauth_bytes:
-                self._over_preauth_budget()
-                return events
+            if len(data) > allowed:
+                data, over = data[:max(allowed, 0)], True
         if self._held is not None:
             self._held += data
-            return events
-        self._rx = True
-        try:
-            self._consume(data, events)
-        except RemoteProtocolError as error:
-            self._fail(error)
+        else:
+            self._rx = True
+            try:
+                self._consume(data, events)
+            except RemoteProtocolError as error:
+                self._fail(error)
+        if over and not self.finished and self._preauth is not None:
+            self._over_preauth_budget()
         return events
 
     def data_to_send(self):
@@ -259,6 +282,11 @@ class Connection:
             deadlines.append(self._last_tx + interval)
         return min(deadlines) if deadlines else None
 
+    @property
+    def backlogged(self):
+        """Whether frames already received wait for another C{receive_data} call."""
+        return bool(self._backlog)
+
     def ping(self):
         """Write an empty frame (section 2.4.5): harmless to the peer, a probe for us."""
         if self.state in (ConnectionState.OPENED, ConnectionState.OPEN_SENT):
@@ -271,6 +299,7 @@ class Connection:
 
     def connection_lost(self):
         """The transport is gone: nothing more will be read or written."""
+        self._backlog.clear()
         self.finished = True
         self._phase = _CLOSED
 
@@ -370,6 +399,12 @@ class Connection:
     # -- input -------------------------------------------------------------------------------
 
     def _consume(self, data, events):
+        if self._backlog:
+            # Frames of an earlier read still wait: these bytes come after them.
+            if data:
+                self._backlog.extend(self._reader.feed(data))
+            self._process_frames(events)
+            return
         while data and not self.finished:
             if self._held is not None:
                 self._held += data
@@ -386,13 +421,25 @@ class Connection:
             elif self._phase is _SASL:
                 data = self._read_sasl_frame(data, events)
             elif self._phase is _AMQP:
-                for ftype, channel, body in self._reader.feed(data):
-                    self._on_amqp_frame(ftype, channel, body, events)
-                    if self.finished:
-                        break
+                self._backlog.extend(self._reader.feed(data))
+                self._process_frames(events)
                 return
             else:
                 return
+
+    def _process_frames(self, events):
+        """Process waiting frames, in order, until the frame budget is spent."""
+        backlog = self._backlog
+        budget = self.frame_budget
+        while backlog and not self.finished:
+            ftype, channel, body = backlog.popleft()
+            self._on_amqp_frame(ftype, channel, body, events)
+            if budget is not None:
+                budget -= _FRAME_COST.get(body[2], 1) if len(body) > 2 else 1
+                if budget <= 0:
+                    break
+        if self.finished:
+            backlog.clear()
 
     def _read_header(self, data):
         """Collect 8 header bytes; return C{(header, rest)} or None when more are needed."""
@@ -641,6 +688,7 @@ class Connection:
     def _fail(self, error):
         """The peer broke the protocol: say why (if the stream allows it) and give up."""
         self.error = error
+        self._backlog.clear()
         if isinstance(error, _Unrecoverable) or self._phase is not _AMQP:
             self.finished = True
             self._phase = _CLOSED

@@ -521,3 +521,43 @@ def test_shut_session_window_makes_links_not_writable():
     assert sender.writable is True and not session._blocked
     _, client_events = pair.pump()
     assert [e.payload for e in of(client_events, MessageReceived)] == [b"waits"]
+
+
+# -- work per read ---------------------------------------------------------------------------
+
+def test_frame_budget_leaves_the_rest_for_the_next_call():
+    """With a frame budget, one read's frames beyond it wait, parsed and in order, and
+    the next call (with or without more bytes) goes on with them; an attach counts for
+    four frames."""
+    pair = opened_pair(server_kwargs={"frame_budget": 40})
+    pair.begin()
+    data = b"".join(sender_attach(f"l{i}", i) for i in range(25))
+    events = pair.server.receive_data(data)
+    assert len(of(events, LinkAttached)) == 10 and pair.server.backlogged
+    events = pair.server.receive_data(b"")
+    assert len(of(events, LinkAttached)) == 10
+    events = pair.server.receive_data(sender_attach("late", 25))
+    assert [e.link.name for e in of(events, LinkAttached)] == [
+        "l20", "l21", "l22", "l23", "l24", "late"]
+    assert not pair.server.backlogged
+
+
+def test_adapter_reads_no_more_while_frames_wait(tmp_path):
+    """The broker's adapter pauses the socket of a client whose read left frames waiting
+    and processes them in later reactor turns: of 300 pipelined attaches, 64 are
+    answered in the read's own turn, the rest after, and the socket is read again once
+    all are done."""
+    from tests.net.test_amqp_adapter import Harness
+    harness = Harness(tmp_path)
+    peer = harness.opened()
+    session = peer.client.begin_session()
+    peer.pump()
+    for i in range(300):
+        link = session.attach_link(f"p{i}", SENDER)
+        link.attach(source=Source(), target=Target(address="queue://many"))
+    peer.protocol.dataReceived(peer.client.data_to_send())
+    assert len(of(peer.collect(), LinkAttached)) == 64
+    assert peer.transport.producerState == "paused"
+    harness.clock.advance(0)
+    assert len(of(peer.collect(), LinkAttached)) == 236
+    assert peer.transport.producerState == "producing"
