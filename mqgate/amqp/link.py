@@ -86,10 +86,16 @@ class Link:
         """Sender: whether a message sent now goes out at once: the link is attached,
         has credit, and the session's outgoing transfers are not held back by the
         peer's incoming window (section 2.5.6). While it is false, the layer above
-        keeps its messages (a L{WindowOpened} or L{CreditGranted} event says when to
-        look again)."""
-        return (self.credit > 0 and self.state is LinkState.ATTACHED
-                and self.session.window_open)
+        keeps its messages; a L{CreditGranted} or L{WindowOpened} event says when to
+        look again (asking while only the window stands in the way is what enrolls
+        the link for the next L{WindowOpened})."""
+        if self.credit <= 0 or self.state is not LinkState.ATTACHED:
+            return False
+        session = self.session
+        if session.window_open:
+            return True
+        session._stalled[self] = None
+        return False
 
     @property
     def presettled(self):

@@ -412,6 +412,9 @@ class Session:
                 link = self._link(flow.handle)
                 if link.on_flow(flow):
                     events.append(CreditGranted(link))
+                    if link.credit > 0 and not self.window_open:
+                        # Credit it cannot use yet: say so when the window opens.
+                        self._stalled[link] = None
         elif flow.echo:
             self._send_flow()
         if self._blocked:

@@ -561,3 +561,22 @@ def test_adapter_reads_no_more_while_frames_wait(tmp_path):
     harness.clock.advance(0)
     assert len(of(peer.collect(), LinkAttached)) == 236
     assert peer.transport.producerState == "producing"
+
+
+def test_credit_and_shut_window_in_one_read():
+    """Credit granted in the same read that shuts the window: the link is not writable,
+    and the window's opening reports it (it was never written to, so only asking about
+    it could enrol it)."""
+    pair, receiver, sender = link_pair(RECEIVER)
+    session = sender.session
+    receiver.flow(10)
+    credit = pair.client.data_to_send()
+    shut = frame(Flow(next_incoming_id=session.next_outgoing_id, incoming_window=0,
+                      next_outgoing_id=0, outgoing_window=100))
+    pair.inject("server", credit + shut)
+    assert sender.credit == 10 and sender.writable is False
+    events = pair.inject("server", frame(Flow(next_incoming_id=session.next_outgoing_id,
+                                              incoming_window=5, next_outgoing_id=0,
+                                              outgoing_window=100)))
+    assert [e.links for e in of(events, WindowOpened)] == [[sender]]
+    assert sender.writable is True
