@@ -299,7 +299,7 @@ class Connection:
 
     def connection_lost(self):
         """The transport is gone: nothing more will be read or written."""
-        self._backlog.clear()
+        self._drop_input()
         self.finished = True
         self._phase = _CLOSED
 
@@ -688,7 +688,7 @@ class Connection:
     def _fail(self, error):
         """The peer broke the protocol: say why (if the stream allows it) and give up."""
         self.error = error
-        self._backlog.clear()
+        self._drop_input()
         if isinstance(error, _Unrecoverable) or self._phase is not _AMQP:
             self.finished = True
             self._phase = _CLOSED
@@ -704,6 +704,15 @@ class Connection:
         self.close(condition, description)
         self.finished = True
         self._phase = _CLOSED
+
+    def _drop_input(self):
+        """Nothing more will be read: let go of what was held of the peer's input (frames
+        not processed, deliveries not complete) now, not when the engine is collected."""
+        self._backlog.clear()
+        self._held = None
+        for session in self._sessions.values():
+            for link in session._links.values():
+                link.drop_partial()
 
     def _forget_session(self, session):
         if self._sessions.pop(session.channel, None) is session:

@@ -17,9 +17,9 @@ from mqgate.net.engine import EngineFactory, EngineProtocol, Flusher
 __all__ = ["AmqpProtocol", "AmqpServerFactory", "Flusher"]
 
 #: Frames (an attach or begin counting 4) one read of one connection processes before
-#: the others are served: 256 transfers, or 64 attaches (each tens to hundreds of
+#: the others are served: 128 transfers, or 32 attaches (each tens to hundreds of
 #: microseconds of work for the broker).
-FRAME_BUDGET = 256
+FRAME_BUDGET = 128
 
 # Why the socket is paused (EngineProtocol's reasons): frames of the last read wait.
 _BACKLOG = "backlog"

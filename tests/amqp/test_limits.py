@@ -556,10 +556,10 @@ def test_adapter_reads_no_more_while_frames_wait(tmp_path):
         link = session.attach_link(f"p{i}", SENDER)
         link.attach(source=Source(), target=Target(address="queue://many"))
     peer.protocol.dataReceived(peer.client.data_to_send())
-    assert len(of(peer.collect(), LinkAttached)) == 64
+    assert len(of(peer.collect(), LinkAttached)) == 32
     assert peer.transport.producerState == "paused"
     harness.clock.advance(0)
-    assert len(of(peer.collect(), LinkAttached)) == 236
+    assert len(of(peer.collect(), LinkAttached)) == 268
     assert peer.transport.producerState == "producing"
 
 
