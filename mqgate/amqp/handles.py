@@ -3,8 +3,8 @@ Numbers a peer uses to name our endpoints: channels (sessions, Part 2 section 2.
 handles (links, section 2.6.2).
 
 Section 2.7.3 recommends that "implementations always assign the lowest available
-handle"; section 2.7.2 and 2.7.1 cap the numbers with the partner's handle-max and
-channel-max. A L{NumberPool} hands out the lowest free number in O(log n): a counter
+handle"; sections 2.7.2 (begin) and 2.7.1 (open) cap the numbers with the partner's
+handle-max and channel-max. A L{NumberPool} hands out the lowest free number in O(log n): a counter
 for numbers never used, and a heap of numbers given back. Taking a number when all of
 them up to the limit are in use returns None, so the caller refuses cleanly instead of
 searching for ever.
@@ -41,7 +41,8 @@ class NumberPool:
         if freed and freed[0] <= self.limit:
             number = heapq.heappop(freed)
         elif self._next <= self.limit:
-            # Every freed number is below _next: none of them is free up to the limit.
+            # No freed number is at or below the limit (a limit lowered since): the
+            # next never-used one, if the limit allows it.
             number = self._next
             self._next += 1
         else:
