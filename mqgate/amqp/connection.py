@@ -22,12 +22,36 @@ The connection states of section 2.4.6 are kept in C{state} with the spec's name
 Incoming bytes that arrive while authentication is pending are held, not parsed, so the
 outcome of an asynchronous credential check decides what happens to them.
 
+Limits (style P5), each passed in by the adapter from a setting whose name the error
+descriptions quote (C{setting_names}):
+
+- C{max_preauth_bytes}: everything a server connection receives before its login
+  succeeds (protocol header, SASL frames, bytes held while the password is checked).
+  Legitimate clients send a few hundred bytes; past the budget the connection is
+  refused (a SASL outcome, or an open and a close when there is no SASL) and dropped.
+- C{channel_max} and C{handle_max}: sessions per connection and links per session,
+  announced in our open and begin and enforced on the peer (sections 2.7.1, 2.7.2).
+- C{max_partial_bytes}: bytes held in multi-frame deliveries not yet complete, all the
+  connection's links together (each link's own limit is per message; a peer with many
+  links could otherwise hold that much on each).
+- C{heartbeat_floor}: the shortest interval between our empty frames, however small
+  an idle-time-out the peer announces (1 ms would otherwise mean 4,000 frames a second).
+- C{frame_budget}: how much work one C{receive_data} call may do, in frames (an attach
+  or a begin counts for several: each makes the layer above create a consumer, a
+  producer, a session). Frames beyond it wait, parsed, in C{_backlog}; C{backlogged}
+  tells the adapter to stop reading and call again (with C{b""}) in the next turn of
+  its event loop, so one peer's burst of costly frames never holds it for long.
+
+Every buffer grows linearly: input is appended to one buffer and cut once, never
+re-joined on each read.
+
 Errors: anything the peer does wrong raises a L{RemoteProtocolError} inside the engine;
 C{receive_data} catches it, writes the close the spec asks for (an open first, if we had
 not sent one, so the peer can read the close), and marks the connection finished. The
 error is kept in C{error} for the adapter to log.
 """
 
+import collections
 import enum
 
 from mqgate.amqp import codec
@@ -40,12 +64,13 @@ from mqgate.amqp.frames import (
     AMQP_FRAME, AMQP_HEADER, EMPTY_FRAME, MIN_MAX_FRAME_SIZE, SASL_FRAME, SASL_HEADER,
     FrameReader, FramingError, frame_header,
 )
+from mqgate.amqp.handles import NumberPool
 from mqgate.amqp.performatives import (
     ATTACH, BEGIN, CLOSE, DETACH, DISPOSITION, END, FLOW, OPEN, TRANSFER, Attach, Begin,
     Close, Detach, Disposition, End, Error, Flow, Open, SaslInit, SaslMechanisms,
     SaslOutcome, Transfer, from_described,
 )
-from mqgate.amqp.session import Session, SessionState
+from mqgate.amqp.session import HANDLE_MAX, Session, SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.errors import RemoteProtocolError
 
@@ -57,6 +82,18 @@ _MAX_SASL_FRAME = 65536
 
 # SASL outcome codes, Part 5 section 5.3.3.6.
 SASL_OK, SASL_AUTH, SASL_SYS = 0, 1, 2
+
+#: Bytes a server connection may send before it is logged in: a SASL PLAIN exchange is
+#: a few hundred bytes; a client pipelining its open, begin and attaches behind its
+#: credentials stays well below this.
+MAX_PREAUTH_BYTES = 16384
+#: Shortest interval between our heart-beats, seconds.
+HEARTBEAT_FLOOR = 1.0
+
+# What a frame costs against the frame budget, by performative code: an attach or a
+# begin makes the layer above build a consumer, a producer or a session (hundreds of
+# microseconds, where a transfer or a flow costs tens).
+_FRAME_COST = {0x11: 4, 0x12: 4}
 
 
 class ConnectionState(enum.Enum):
@@ -97,12 +134,24 @@ class Connection:
         C{"NONE"} is reported and must be answered).
     @param credentials: client: C{(username, password)} for PLAIN, C{"ANONYMOUS"} for
         ANONYMOUS, or None to skip SASL.
+    @param handle_max: the handle-max our sessions announce: at most this + 1 links of
+        the peer per session.
+    @param max_preauth_bytes: server: bytes accepted before the login succeeds.
+    @param max_partial_bytes: bytes of incomplete incoming deliveries held at once, or
+        None for no limit.
+    @param heartbeat_floor: seconds; we send empty frames no more often than this.
+    @param setting_names: limit parameter name -> the setting an operator changes,
+        quoted in the description of the error a peer gets when it passes the limit.
+    @param frame_budget: frames one C{receive_data} call processes at most (costly ones
+        count more), or None for all of them.
     """
 
     def __init__(self, *, server=True, container_id="mqgate", max_frame_size=1 << 20,
                  channel_max=255, idle_timeout=60.0, sasl_mechanisms=("PLAIN", "ANONYMOUS"),
                  allow_no_sasl=True, credentials=None, hostname=None,
-                 offered_capabilities=None, properties=None):
+                 offered_capabilities=None, properties=None, handle_max=HANDLE_MAX,
+                 max_preauth_bytes=MAX_PREAUTH_BYTES, max_partial_bytes=None,
+                 heartbeat_floor=HEARTBEAT_FLOOR, setting_names=None, frame_budget=None):
         self.server = server
         self.container_id = container_id
         self.max_frame_size = max(max_frame_size, MIN_MAX_FRAME_SIZE)
@@ -114,6 +163,13 @@ class Connection:
         self.hostname = hostname
         self.offered_capabilities = offered_capabilities
         self.properties = properties
+        self.handle_max = handle_max
+        self.max_preauth_bytes = max_preauth_bytes
+        self.max_partial_bytes = max_partial_bytes
+        self.heartbeat_floor = heartbeat_floor
+        self.setting_names = dict(setting_names or {})
+        self.frame_budget = frame_budget
+        self._backlog = collections.deque()   # frames read, not yet processed
         self.state = ConnectionState.START
         self.remote_open = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
@@ -124,10 +180,16 @@ class Connection:
         self._phase = _HEADER
         self._reader = FrameReader(self.max_frame_size)
         self._header_buf = b""
+        self._sasl_buf = bytearray()       # a SASL frame being received
         self._held = None                  # bytes received while authentication is pending
+        # Server: bytes received so far before the login succeeded (None: logged in).
+        self._preauth = 0 if server else None
+        self._partial_bytes = 0            # held in incomplete incoming deliveries
         self._out = []
         self._sessions = {}                # local channel -> Session
         self._remote_sessions = {}         # remote channel -> Session
+        self._channels = NumberPool(0xFFFF)   # our channels, up to the peer's channel-max
+        self._disposing = []               # sessions that may have dispositions to write
         self._rx = self._tx = False
         self._last_rx = self._last_tx = None
         self._expect_sasl_header = False
@@ -138,25 +200,40 @@ class Connection:
     # -- driver API --------------------------------------------------------------------------
 
     def receive_data(self, data):
-        """Feed received bytes; return the events they caused, in order."""
+        """Feed received bytes; return the events they caused, in order.
+
+        With a C{frame_budget}, frames beyond it wait (L{backlogged}): call again, with
+        C{b""} or more bytes, to go on."""
         events = []
         if self.finished or self._phase is _CLOSED:
             return events
+        over = False
+        if self._preauth is not None:
+            # Read what fits in the budget as usual (the SASL exchange gets to the point
+            # where a refusal can be said), then refuse.
+            allowed = self.max_preauth_bytes - self._preauth
+            self._preauth += len(data)
+            if len(data) > allowed:
+                data, over = data[:max(allowed, 0)], True
         if self._held is not None:
             self._held += data
-            return events
-        self._rx = True
-        try:
-            self._consume(data, events)
-        except RemoteProtocolError as error:
-            self._fail(error)
+        else:
+            self._rx = True
+            try:
+                self._consume(data, events)
+            except RemoteProtocolError as error:
+                self._fail(error)
+        if over and not self.finished and self._preauth is not None:
+            self._over_preauth_budget()
         return events
 
     def data_to_send(self):
         """Everything the engine has to say since the last call, as bytes (b"" if nothing)."""
-        for session in self._sessions.values():
-            if session._dispositions:
-                session._flush_dispositions()
+        if self._disposing:
+            disposing, self._disposing = self._disposing, []
+            for session in disposing:
+                if session._dispositions:
+                    session._flush_dispositions()
         if not self._out:
             return b""
         out = b"".join(self._out)
@@ -169,7 +246,10 @@ class Connection:
         We close the connection when the peer has been silent longer than our
         idle timeout, and send an empty frame when we have been silent for a quarter of
         the peer's (section 2.4.5 asks for at most half; a quarter leaves room for the
-        granularity of these ticks).
+        granularity of these ticks), but never more often than C{heartbeat_floor}: a
+        peer asking for a frame every millisecond would have us spend the reactor on
+        its heart-beats. Any peer announcing twice the floor or more is served within
+        half its timeout.
         """
         if self._last_rx is None or self._rx:
             self._last_rx = now
@@ -195,12 +275,17 @@ class Connection:
         if self.remote_idle_timeout and self.state in (ConnectionState.OPENED,
                                                        ConnectionState.OPEN_SENT,
                                                        ConnectionState.CLOSE_RCVD):
-            interval = self.remote_idle_timeout / 4
+            interval = max(self.remote_idle_timeout / 4, self.heartbeat_floor)
             if now - self._last_tx >= interval:
                 self._out.append(EMPTY_FRAME)
                 self._last_tx = now
             deadlines.append(self._last_tx + interval)
         return min(deadlines) if deadlines else None
+
+    @property
+    def backlogged(self):
+        """Whether frames already received wait for another C{receive_data} call."""
+        return bool(self._backlog)
 
     def ping(self):
         """Write an empty frame (section 2.4.5): harmless to the peer, a probe for us."""
@@ -214,6 +299,7 @@ class Connection:
 
     def connection_lost(self):
         """The transport is gone: nothing more will be read or written."""
+        self._drop_input()
         self.finished = True
         self._phase = _CLOSED
 
@@ -221,8 +307,12 @@ class Connection:
 
     def sasl_outcome(self, ok, description=None):
         """Server: answer an L{AuthenticationRequested}; returns events from held input."""
-        held, self._held = self._held, None
         events = []
+        if self.finished:
+            return events   # refused meanwhile (its budget before login ran out)
+        held, self._held = self._held, None
+        if ok:
+            self._preauth = None
         if self.authenticated == "NONE":
             if not ok:
                 self._write(AMQP_HEADER)
@@ -247,7 +337,7 @@ class Connection:
         if held:
             self._rx = True
             try:
-                self._consume(held, events)
+                self._consume(bytes(held), events)
             except RemoteProtocolError as error:
                 self._fail(error)
         return events
@@ -293,7 +383,11 @@ class Connection:
         """Start a session of ours; returns it (its begin is sent)."""
         if self._phase is not _AMQP and not self._open_sent:
             raise AmqpLocalError("a session can only begin once the connection is open")
-        session = Session(self, self._free_channel())
+        channel = self._channels.take()
+        if channel is None:
+            raise AmqpLocalError(f"no free channel: the peer's channel-max allows "
+                                 f"{self._channels.limit + 1} sessions")
+        session = Session(self, channel)
         self._sessions[session.channel] = session
         session.begin()
         return session
@@ -305,6 +399,12 @@ class Connection:
     # -- input -------------------------------------------------------------------------------
 
     def _consume(self, data, events):
+        if self._backlog:
+            # Frames of an earlier read still wait: these bytes come after them.
+            if data:
+                self._backlog.extend(self._reader.feed(data))
+            self._process_frames(events)
+            return
         while data and not self.finished:
             if self._held is not None:
                 self._held += data
@@ -321,13 +421,25 @@ class Connection:
             elif self._phase is _SASL:
                 data = self._read_sasl_frame(data, events)
             elif self._phase is _AMQP:
-                for ftype, channel, body in self._reader.feed(data):
-                    self._on_amqp_frame(ftype, channel, body, events)
-                    if self.finished:
-                        break
+                self._backlog.extend(self._reader.feed(data))
+                self._process_frames(events)
                 return
             else:
                 return
+
+    def _process_frames(self, events):
+        """Process waiting frames, in order, until the frame budget is spent."""
+        backlog = self._backlog
+        budget = self.frame_budget
+        while backlog and not self.finished:
+            ftype, channel, body = backlog.popleft()
+            self._on_amqp_frame(ftype, channel, body, events)
+            if budget is not None:
+                budget -= _FRAME_COST.get(body[2], 1) if len(body) > 2 else 1
+                if budget <= 0:
+                    break
+        if self.finished:
+            backlog.clear()
 
     def _read_header(self, data):
         """Collect 8 header bytes; return C{(header, rest)} or None when more are needed."""
@@ -341,23 +453,26 @@ class Connection:
         return bytes(buf[:8]), buf[8:]
 
     def _read_sasl_frame(self, data, events):
-        """SASL frames are read one at a time: what follows the last one is a new header."""
-        buf = self._header_buf + data
+        """SASL frames are read one at a time: what follows the last one is a new header.
+
+        The frame is collected in one buffer (appending is linear however the bytes are
+        cut up) and decoded once complete."""
+        buf = self._sasl_buf
+        buf += data
         if len(buf) < 8:
-            self._header_buf = buf
             return b""
         size = int.from_bytes(buf[:4], "big")
         if not 8 <= size <= _MAX_SASL_FRAME:
             raise _Unrecoverable(f"SASL frame of {size} bytes is malformed or too large")
         if len(buf) < size:
-            self._header_buf = buf
             return b""
-        self._header_buf = b""
-        doff = buf[4] * 4
+        frame, rest = bytes(buf[:size]), bytes(buf[size:])
+        buf.clear()
+        doff = frame[4] * 4
         if doff < 8 or doff > size:
             raise _Unrecoverable("malformed SASL frame header")
-        self._on_sasl_frame(buf[5], memoryview(buf)[doff:size], events)
-        return buf[size:]
+        self._on_sasl_frame(frame[5], memoryview(frame)[doff:size], events)
+        return rest
 
     def _bad_header(self, header):
         # Section 2.2: answer with the header we do support, then close the socket.
@@ -378,7 +493,7 @@ class Connection:
         elif header == AMQP_HEADER and self.allow_no_sasl:
             self.authenticated = "NONE"
             self.state = ConnectionState.HDR_RCVD
-            self._held = b""
+            self._held = bytearray()
             events.append(AuthenticationRequested("NONE", None, None, None))
         else:
             self._bad_header(header)
@@ -424,7 +539,7 @@ class Connection:
                 self._write_frame(0, SaslOutcome(code=SASL_AUTH), frame_type=SASL_FRAME)
                 raise _Unrecoverable("SASL PLAIN credentials are not UTF-8") from None
         self.authenticated = mechanism
-        self._held = b""
+        self._held = bytearray()
         events.append(AuthenticationRequested(mechanism, username, password, init.hostname))
 
     def _on_amqp_frame(self, ftype, channel, body, events):
@@ -469,6 +584,8 @@ class Connection:
             raise AmqpRemoteError(f"max-frame-size {remote_max} is below 512",
                                   c.FRAME_SIZE_TOO_SMALL)
         self.remote_max_frame_size = min(remote_max, 0x7FFFFFFF)
+        if open_.channel_max is not None:
+            self._channels.limit = open_.channel_max
         if open_.idle_time_out:
             self.remote_idle_timeout = open_.idle_time_out / 1000.0
         self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_SENT
@@ -505,9 +622,18 @@ class Connection:
                 raise AmqpRemoteError(f"channel {channel} already has a session",
                                       c.ILLEGAL_STATE)
             if channel > self.channel_max:
-                raise AmqpRemoteError(f"channel {channel} exceeds channel-max "
-                                      f"{self.channel_max}", c.FRAMING_ERROR)
-            session = Session(self, self._free_channel())
+                # Section 2.7.1 (open, channel-max): a framing error of the connection.
+                raise AmqpRemoteError(
+                    f"channel {channel} exceeds the channel-max {self.channel_max} this "
+                    f"connection announced{self.setting_hint('channel_max')}",
+                    c.FRAMING_ERROR)
+            local = self._channels.take()
+            if local is None:
+                raise AmqpRemoteError(
+                    f"no channel left to answer the begin on channel {channel}: the "
+                    f"channel-max of the peer's open allows {self._channels.limit + 1} "
+                    f"sessions", c.RESOURCE_LIMIT_EXCEEDED)
+            session = Session(self, local)
             self._sessions[session.channel] = session
         session.remote_channel = channel
         self._remote_sessions[channel] = session
@@ -562,6 +688,7 @@ class Connection:
     def _fail(self, error):
         """The peer broke the protocol: say why (if the stream allows it) and give up."""
         self.error = error
+        self._drop_input()
         if isinstance(error, _Unrecoverable) or self._phase is not _AMQP:
             self.finished = True
             self._phase = _CLOSED
@@ -578,17 +705,75 @@ class Connection:
         self.finished = True
         self._phase = _CLOSED
 
-    def _free_channel(self):
-        channel = 0
-        while channel in self._sessions:
-            channel += 1
-        return channel
+    def _drop_input(self):
+        """Nothing more will be read: let go of what was held of the peer's input (frames
+        not processed, deliveries not complete) now, not when the engine is collected."""
+        self._backlog.clear()
+        self._held = None
+        for session in self._sessions.values():
+            for link in session._links.values():
+                link.drop_partial()
 
     def _forget_session(self, session):
-        self._sessions.pop(session.channel, None)
+        if self._sessions.pop(session.channel, None) is session:
+            self._channels.give_back(session.channel)
         if session.remote_channel is not None:
             self._remote_sessions.pop(session.remote_channel, None)
 
+    # -- limits ------------------------------------------------------------------------------
+
+    def setting_hint(self, limit):
+        """Text naming the setting behind limit parameter C{limit}, for an error's
+        description (empty when the engine was not told one)."""
+        setting = self.setting_names.get(limit)
+        return f" (setting {setting})" if setting else ""
+
+    def _hold_partial(self, size):
+        """A link keeps C{size} more bytes of an incomplete delivery (section 2.6.14).
+
+        @raise AmqpRemoteError: amqp:resource-limit-exceeded, past C{max_partial_bytes}.
+        """
+        held = self._partial_bytes + size
+        limit = self.max_partial_bytes
+        if limit is not None and held > limit:
+            raise AmqpRemoteError(
+                f"incomplete deliveries on this connection would hold {held} bytes, more "
+                f"than the {limit} the broker keeps for one connection"
+                f"{self.setting_hint('max_partial_bytes')}; finish or abort deliveries "
+                "before starting others", c.RESOURCE_LIMIT_EXCEEDED)
+        self._partial_bytes = held
+
+    def _release_partial(self, size):
+        self._partial_bytes -= size
+
+    @property
+    def partial_bytes(self):
+        """Bytes held now in incomplete incoming deliveries, every link together."""
+        return self._partial_bytes
+
+    def _over_preauth_budget(self):
+        """The peer sent more than C{max_preauth_bytes} before its login succeeded:
+        refuse it in the words the stream allows, and drop it."""
+        description = (
+            f"more than {self.max_preauth_bytes} bytes received before authentication "
+            f"completed, the most the broker holds for a connection that has not logged "
+            f"in{self.setting_hint('max_preauth_bytes')}")
+        self.error = AmqpRemoteError(description, c.RESOURCE_LIMIT_EXCEEDED)
+        self._held = None
+        self._sasl_buf = bytearray()
+        if self.authenticated == "NONE":
+            # No SASL: the peer waits for our AMQP header; an open and a close follow.
+            self._write(AMQP_HEADER)
+            self._phase = _AMQP
+            self._refuse_open(c.RESOURCE_LIMIT_EXCEEDED, description)
+            return
+        if self._phase is _SASL:
+            # Part 5 section 5.3.3.6: a SASL outcome is the only answer the peer can read.
+            self._write_frame(0, SaslOutcome(code=SASL_SYS,
+                                             additional_data=description.encode()),
+                              frame_type=SASL_FRAME)
+        self.finished = True
+        self._phase = _CLOSED
     # -- client side -------------------------------------------------------------------------
 
     def _start_client(self):

@@ -11,6 +11,7 @@ __all__ = [
     "AuthenticationRequested", "SaslCompleted", "ConnectionOpened", "ConnectionClosed",
     "SessionBegun", "SessionEnded", "LinkAttached", "LinkDetached", "CreditGranted",
     "MessageReceived", "DeliveriesSettled", "TransferAborted", "IngressRefused",
+    "WindowOpened",
 ]
 
 
@@ -80,6 +81,14 @@ class CreditGranted:
     C{link.credit} is what we may now send; C{link.drain} asks us to use it or give it up.
     """
     link: object
+
+
+@dataclass(frozen=True, slots=True)
+class WindowOpened:
+    """The peer opened its session window again: C{links}, our sending links that the
+    shut window held back (L{mqgate.amqp.link.Link.writable} was false), may send."""
+    session: object
+    links: list
 
 
 @dataclass(frozen=True, slots=True)

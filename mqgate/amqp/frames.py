@@ -4,8 +4,8 @@ AMQP 1.0 framing (Part 2 sections 2.2 and 2.3): protocol headers and frames.
 A frame is ``size(4) doff(1) type(1) channel(2)``, extended header (skipped), then a body:
 an encoded performative optionally followed by a payload (a transfer's message bytes).
 An empty body is a heart-beat. L{FrameReader} cuts a byte stream into frames without
-copying complete frames: it hands out memoryviews over the received chunk, and copies
-only a partial frame left at the end of a chunk.
+copying complete frames: it hands out memoryviews over the received chunk, and collects
+a frame cut across reads in one buffer, copied out once complete.
 """
 
 import struct
@@ -52,13 +52,20 @@ def encode_frame(body, channel=0, frame_type=AMQP_FRAME):
 class FrameReader:
     """Cut a byte stream into frames.
 
+    Complete frames are handed out as memoryviews over the chunk they arrived in, without
+    a copy. A frame cut across reads is collected in one buffer, topped up with only the
+    bytes it still lacks (its size is known from its header), and copied out once when
+    complete: a 1 MiB frame arriving a byte at a time costs a million appends, not a
+    million copies of what came before.
+
     @ivar max_frame_size: the largest frame we accept (our advertised max-frame-size);
         a bigger frame is a framing error rather than a buffer that grows without bound.
     """
 
     def __init__(self, max_frame_size):
         self.max_frame_size = max_frame_size
-        self._partial = b""
+        self._partial = bytearray()   # the start of a frame cut across reads
+        self._need = None             # that frame's size, once its header is in
 
     def feed(self, data):
         """Return a list of C{(frame_type, channel, body)} for every complete frame.
@@ -68,30 +75,58 @@ class FrameReader:
 
         @raise FramingError: a frame header is invalid or a frame exceeds the limit.
         """
-        if self._partial:
-            data = self._partial + data
-            self._partial = b""
-        view = memoryview(data)
-        n = len(data)
-        pos = 0
         frames = []
+        view = memoryview(data)
+        if self._partial:
+            view = self._complete(view, frames)
+            if view is None:
+                return frames
+        n = len(view)
+        pos = 0
         unpack = _header.unpack_from
-        limit = self.max_frame_size
         while n - pos >= 8:
-            size, doff, ftype, channel = unpack(data, pos)
-            if size < 8 or doff < 2 or doff * 4 > size:
-                raise FramingError(
-                    f"malformed frame header (size {size}, data offset {doff})")
-            if size > limit:
-                raise FramingError(
-                    f"frame of {size} bytes exceeds the negotiated max-frame-size {limit}")
+            size, doff, ftype, channel = unpack(view, pos)
+            self._check(size, doff)
             if n - pos < size:
                 break
             frames.append((ftype, channel, view[pos + doff * 4:pos + size]))
             pos += size
         if pos < n:
-            self._partial = bytes(view[pos:])
+            self._partial += view[pos:]
+            if len(self._partial) >= 8:
+                self._need = _header.unpack_from(self._partial)[0]
         return frames
+
+    def _complete(self, view, frames):
+        """Top up the frame held from earlier reads; return what is left of C{view}, or
+        None when all of it went into a frame still incomplete."""
+        partial = self._partial
+        if self._need is None:
+            take = 8 - len(partial)
+            partial += view[:take]
+            view = view[take:]
+            if len(partial) < 8:
+                return None
+            size, doff, _, _ = _header.unpack_from(partial)
+            self._check(size, doff)
+            self._need = size
+        take = self._need - len(partial)
+        partial += view[:take]
+        if len(partial) < self._need:
+            return None
+        body = bytes(partial)
+        size, doff, ftype, channel = _header.unpack_from(body)
+        frames.append((ftype, channel, memoryview(body)[doff * 4:]))
+        self._partial = bytearray()
+        self._need = None
+        return view[take:]
+
+    def _check(self, size, doff):
+        if size < 8 or doff < 2 or doff * 4 > size:
+            raise FramingError(f"malformed frame header (size {size}, data offset {doff})")
+        if size > self.max_frame_size:
+            raise FramingError(f"frame of {size} bytes exceeds the negotiated "
+                               f"max-frame-size {self.max_frame_size}")
 
     @property
     def buffered(self):

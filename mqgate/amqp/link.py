@@ -66,7 +66,9 @@ class Link:
         self.ingress_limits = None
         self._ingress_limit = None   # (limit, guaranteed) of the delivery in progress
         self.context = None
-        # Assembly of a multi-frame incoming delivery (section 2.6.14).
+        # Assembly of a multi-frame incoming delivery (section 2.6.14): the bytes so far
+        # in one growing buffer (a list of chunks would cost ~50 bytes for each frame,
+        # however small), counted against the connection's partial-delivery budget.
         self._partial = None
         self._partial_size = 0
         self._partial_first = None
@@ -78,6 +80,22 @@ class Link:
     @property
     def is_sender(self):
         return self.role is SENDER
+
+    @property
+    def writable(self):
+        """Sender: whether a message sent now goes out at once: the link is attached,
+        has credit, and the session's outgoing transfers are not held back by the
+        peer's incoming window (section 2.5.6). While it is false, the layer above
+        keeps its messages; a L{CreditGranted} or L{WindowOpened} event says when to
+        look again (asking while only the window stands in the way is what enrolls
+        the link for the next L{WindowOpened})."""
+        if self.credit <= 0 or self.state is not LinkState.ATTACHED:
+            return False
+        session = self.session
+        if session.window_open:
+            return True
+        session._stalled[self] = None
+        return False
 
     @property
     def presettled(self):
@@ -98,6 +116,9 @@ class Link:
         self.source = source
         self.target = target
         self.max_message_size = max_message_size
+        if self.state is LinkState.DETACHED:
+            # Ours to begin: the peer's answer finds us by name (section 2.6.3).
+            self.session._attaching[self.name] = self
         self.session._emit(Attach(
             name=self.name, handle=self.handle, role=self.role,
             snd_settle_mode=self.snd_settle_mode, rcv_settle_mode=self.rcv_settle_mode,
@@ -119,12 +140,19 @@ class Link:
         else:
             self.attach(source=self.remote.source, target=None)
         self.detach(closed=True, condition=condition, description=description)
+        # Nothing more happens on a refused link: the session keeps its handle numbers
+        # until the peer's detach, not the link (a peer could otherwise hold one per
+        # handle, with its attach's terminus and properties, for as long as it likes).
+        self.remote = None
+        self.state = LinkState.DETACHED
+        self.session._forget_refused(self)
 
     def detach(self, closed=True, condition=None, description=None):
         """Detach the link; C{closed} ends it for good (section 2.6.6)."""
         if self.state in (LinkState.DETACHED, LinkState.DETACH_SENT):
             return
-        self._partial = None  # a delivery cut short by the detach is gone
+        self.drop_partial()  # a delivery cut short by the detach is gone
+        self.session._drop_blocked(self)
         error = Error(condition, description) if condition else None
         self.session._emit(Detach(handle=self.handle, closed=closed, error=error))
         if self.state is LinkState.DETACH_RCVD:
@@ -154,8 +182,11 @@ class Link:
             raise AmqpLocalError(f"no credit to send on link {self.name!r}")
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & _MASK
-        return self.session._send_transfer(self, payload, settled, context, tag,
-                                           message_format)
+        session = self.session
+        delivery_id = session._send_transfer(self, payload, settled, context, tag,
+                                             message_format)
+        session._note_sent(self)
+        return delivery_id
 
     def drained(self):
         """Sender: nothing more to send while draining; give the rest of the credit back."""
@@ -245,28 +276,40 @@ class Link:
                     raise _TooBig(self, len(payload), self.max_message_size)
                 return (transfer.delivery_id, transfer.delivery_tag,
                         bool(transfer.settled), bytes(payload), transfer.state)
-            self._partial = []
+            self._partial = bytearray()
             self._partial_size = 0
             self._partial_first = transfer
         if transfer.aborted:
             first = self._partial_first
-            self._partial = None
+            self.drop_partial()
             return ("aborted", first.delivery_id)
-        self._partial.append(bytes(payload))
-        self._partial_size += len(payload)
-        if self.ingress_limits is not None and self._partial_size > self._ingress_limit[0]:
-            self._partial = None
-            raise MessageTooBig(self, self._partial_size, *self._ingress_limit)
+        size = self._partial_size + len(payload)
+        if self.ingress_limits is not None and size > self._ingress_limit[0]:
+            self.drop_partial()
+            raise MessageTooBig(self, size, *self._ingress_limit)
         limit = self.max_message_size
-        if limit and self._partial_size > limit:
-            raise _TooBig(self, self._partial_size, limit)
+        if limit and size > limit:
+            raise _TooBig(self, size, limit)
         if transfer.more:
+            # Raises before anything is added when the connection holds too much.
+            self.session.connection._hold_partial(len(payload))
+            self._partial += payload
+            self._partial_size = size
             return None
         first = self._partial_first
-        data = b"".join(self._partial)
-        self._partial = None
+        self._partial += payload
+        data = bytes(self._partial)
+        self.drop_partial()
         settled = bool(transfer.settled) or bool(first.settled)
         return first.delivery_id, first.delivery_tag, settled, data, transfer.state
+
+    def drop_partial(self):
+        """Forget a multi-frame delivery in progress (done, aborted, refused or cut
+        short) and give its bytes back to the connection's budget."""
+        if self._partial is not None:
+            self.session.connection._release_partial(self._partial_size)
+            self._partial = None
+            self._partial_size = 0
 
     def _limit_for(self, transfer, payload):
         # A pre-settled, non-durable message is direct; anything else is guaranteed.

@@ -441,6 +441,23 @@ KEYS = (
         "Link credit granted to a producer, topped up when half is used (S2.7)."),
     Key("mqgate.amqp.channel_max", Int(0, 65535), "255",
         "Highest AMQP channel (session) number a connection may use."),
+    # -- AMQP engine limits: what one connection may make the broker hold or do --
+    Key("mqgate.amqp.handle_max", Int(0, 4294967295), "1023",
+        "Highest AMQP link handle a session may use, announced in the broker's begin: "
+        "at most this many plus one links per session. An attach above it closes the "
+        "connection (amqp:connection:framing-error)."),
+    Key("mqgate.amqp.min_heartbeat_interval", Int(1, 3600000), "1000",
+        "Milliseconds; the broker sends AMQP heart-beats (empty frames) no more often "
+        "than this, however small an idle timeout a client announces."),
+    Key("mqgate.amqp.preauth.max_bytes", Size(512), "16k",
+        "Bytes an AMQP connection may send before its login succeeds (header, SASL "
+        "frames and anything sent while the password is checked); a connection sending "
+        "more is refused (amqp:resource-limit-exceeded) and dropped."),
+    Key("mqgate.ingress.partial.max_bytes", Size(1), "128m",
+        "Bytes of multi-frame AMQP messages not yet complete that one connection may have "
+        "the broker hold, all its links together; passing it closes the connection "
+        "(amqp:resource-limit-exceeded). Keep it above the largest message allowed "
+        "(mqgate.ingress.*.max_message_size)."),
     Key("mqgate.stomp.heartbeat", Int(0, 3600000), "10000",
         "Milliseconds between the broker's STOMP heart-beats, and the interval it asks of "
         "clients (each side uses the larger of the two offers); 0 disables (S10.2)."),

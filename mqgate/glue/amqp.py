@@ -29,7 +29,7 @@ from mqgate.amqp import conditions as c
 from mqgate.amqp.events import (
     AuthenticationRequested, ConnectionClosed, ConnectionOpened, CreditGranted,
     DeliveriesSettled, IngressRefused, LinkAttached, LinkDetached, MessageReceived,
-    SaslCompleted, SessionBegun, SessionEnded, TransferAborted,
+    SaslCompleted, SessionBegun, SessionEnded, TransferAborted, WindowOpened,
 )
 from mqgate.amqp.connection import ConnectionState
 from mqgate.amqp.link import LinkState
@@ -104,7 +104,9 @@ class _ConsumerTarget:
                                               _DISCARDED if discarded else None)
         link = self.link
         link.send(chunks, settled=self.consumer.presettled, context=delivery)
-        if link.credit <= 0:
+        if not link.writable:
+            # Out of credit, or the peer's session window is shut: what comes next
+            # waits in the egress queues (bounded), not in the engine (S9.1, S9.2).
             self.egress.block(self, True)
         return message.size
 
@@ -120,6 +122,10 @@ class AmqpBrokerSession(BrokerSession):
         super().__init__(*args, **kwargs)
         self.container_id = None
         self._links = set()   # links with a producer or consumer to clean up
+        # How many of _links are consumers ("egress"), producers ("ingress") and topic
+        # subscriptions, kept as links come and go: a client profile's limits are then
+        # checked in O(1) per attach, not by walking every link (S9.7).
+        self._held = {"egress": 0, "ingress": 0, "subscription": 0}
         self._withheld = set()   # producer links waiting for a full destination (S2.7)
         self._credit_due = set()   # producer links that received messages (S2.7)
 
@@ -197,6 +203,7 @@ class AmqpBrokerSession(BrokerSession):
         links, self._links = self._links, set()
         for link in links:
             self._release(link, remove=False)
+        self._held = dict.fromkeys(self._held, 0)
 
     def disconnect(self, reason):
         """Close the connection with C{reason} (S9.6: a slow subscriber let go)."""
@@ -218,7 +225,7 @@ class AmqpBrokerSession(BrokerSession):
     def _session_ended(self, event):
         for link in event.links:
             if link in self._links:
-                self._links.discard(link)
+                self._forget(link)
                 self._release(link, remove=False)
 
     # -- links ---------------------------------------------------------------------------
@@ -227,10 +234,9 @@ class AmqpBrokerSession(BrokerSession):
         link = event.link
         if link.state is not LinkState.ATTACH_RCVD:
             return
+        kind = "egress" if link.is_sender else "ingress"
         try:
-            self.check_flows("egress" if link.is_sender else "ingress",
-                             sum(1 for held in self._links
-                                 if held.is_sender == link.is_sender))
+            self.check_flows(kind, self._held[kind])
             if link.is_sender:
                 self._attach_consumer(link)
             else:
@@ -240,6 +246,16 @@ class AmqpBrokerSession(BrokerSession):
             link.refuse(Symbol(error.condition), error.description)
             return
         self._links.add(link)
+        self._held[kind] += 1
+        if _is_subscription(link):
+            self._held["subscription"] += 1
+
+    def _forget(self, link):
+        """C{link} no longer counts against the client profile's limits."""
+        self._links.discard(link)
+        self._held["egress" if link.is_sender else "ingress"] -= 1
+        if _is_subscription(link):
+            self._held["subscription"] -= 1
 
     def _attach_consumer(self, link):
         source = link.remote.source
@@ -260,10 +276,7 @@ class AmqpBrokerSession(BrokerSession):
             selector=selector)
         if consumer.queue.pattern is not None:
             try:
-                self.check_flows("subscription", sum(
-                    1 for held in self._links
-                    if held.is_sender and held.context is not None
-                    and held.context.queue.pattern is not None))
+                self.check_flows("subscription", self._held["subscription"])
             except ProtocolError:
                 consumer.close()   # a durable subscription stays
                 raise
@@ -312,7 +325,7 @@ class AmqpBrokerSession(BrokerSession):
     def _link_detached(self, event):
         link = event.link
         if link in self._links:
-            self._links.discard(link)
+            self._forget(link)
             self._release(link, remove=event.closed)
 
     def _release(self, link, remove):
@@ -335,7 +348,7 @@ class AmqpBrokerSession(BrokerSession):
             return
         target = consumer.target
         egress = self.egress
-        egress.block(target, link.credit <= 0)
+        egress.block(target, not link.writable)
         egress.refresh(target)
         if link.drain and link.state is LinkState.ATTACHED:
             # Section 2.6.7: send what is available, then give up the rest of the
@@ -457,6 +470,14 @@ class AmqpBrokerSession(BrokerSession):
     def _transfer_aborted(self, event):
         pass  # nothing was routed: the partial message is simply gone
 
+    def _window_opened(self, event):
+        """The peer's session window has room again: serve the links it held back."""
+        for link in event.links:
+            consumer = link.context
+            if consumer is not None:
+                self.egress.block(consumer.target, not link.writable)
+        self.request_flush()
+
 
 _ACCEPTED = Accepted()
 
@@ -523,6 +544,13 @@ def _address(value):
     return None if value is None else str(value)
 
 
+def _is_subscription(link):
+    """Whether C{link} sends a topic subscription's messages (counted against the
+    client profile's max_subscriptions)."""
+    return link.is_sender and link.context is not None and \
+        link.context.queue.pattern is not None
+
+
 def _refusal(condition, description):
     return ProtocolError(description, str(condition))
 
@@ -541,4 +569,5 @@ _DISPATCH = {
     DeliveriesSettled: AmqpBrokerSession._deliveries_settled,
     TransferAborted: AmqpBrokerSession._transfer_aborted,
     IngressRefused: AmqpBrokerSession._ingress_refused,
+    WindowOpened: AmqpBrokerSession._window_opened,
 }
