@@ -123,15 +123,32 @@ class Mutator:
         self._weights = [w for _, w in self.operators]
 
     def mutate(self, data, corpus):
-        """A new input: 1 to 16 stacked mutations of C{data} (fewer more often)."""
+        """A new input: 1 to 16 stacked mutations of C{data} (fewer more often).
+
+        Half of the time, for a target that knows its input's structure (AMQP frames,
+        STOMP frames), the mutations are the target's own: they change one field or
+        one frame and keep the rest well-formed, so the input gets past the framing
+        checks to the states behind them."""
         out = bytearray(data)
         rounds = 1 << self.rng.randrange(5)
+        structured = getattr(self.target, "structured_mutation", None)
+        if structured is not None and self.rng.random() < 0.5:
+            for _ in range(self.rng.randint(1, rounds)):
+                out = bytearray(structured(bytes(out), self, corpus))
+            return bytes(out[:MAX_INPUT])
         for _ in range(self.rng.randint(1, rounds)):
             op = self.rng.choices(self.operators, self._weights)[0][0]
             out = op(out, corpus)
             if len(out) > MAX_INPUT:
                 del out[MAX_INPUT:]
         return bytes(out)
+
+    def byte_mutation(self, data):
+        """One unstructured mutation of C{data} that stays local (no splicing)."""
+        op = self.rng.choice((self.flip_bits, self.set_byte, self.insert_bytes,
+                              self.delete_bytes, self.duplicate_chunk, self.insert_token,
+                              self.length_field, self.truncate))
+        return bytes(op(bytearray(data), [data]))
 
     def cuts(self, size):
         """Where to split an input of C{size} bytes into feed calls (sorted offsets)."""
@@ -537,6 +554,145 @@ class AmqpTarget(Target):
                 fields.append((i + 1, 4))
         return fields
 
+    def interesting_values(self):
+        """Field values worth trying in a performative: bounds of every integer type,
+        empty and long strings, every compound, described values, wrong types."""
+        if getattr(self, "_values", None) is not None:
+            return self._values
+        from uuid import UUID
+        from mqgate.amqp.types import (
+            Array, Byte, Char, Described, Float32, Int, Long, Symbol, Timestamp, UByte,
+            UInt, ULong, UShort)
+        candidates = [
+            None, True, False, UByte(0), UByte(255), UShort(65535), UInt(0), UInt(1),
+            UInt(2), UInt(255), UInt(256), UInt(0x7FFFFFFF), UInt(0x80000000),
+            UInt(0xFFFFFFFE), UInt(0xFFFFFFFF), ULong(0), ULong(0xFFFFFFFFFFFFFFFF),
+            ULong(1 << 40), Byte(-128), Int(-1), Int(-(1 << 31)), Long(-(1 << 63)),
+            Long(1 << 62), 1.5, float("nan"), Float32(-0.0), Char("\U0010ffff"),
+            Timestamp(-1), Timestamp(1 << 62), UUID(int=0), "", "q1", "x" * 300,
+            "\u00e9\u4e2d", b"", b"\x00" * 40, b"t" * 300, Symbol(""), Symbol("PLAIN"),
+            Symbol("ANONYMOUS"), Symbol("amqp:accepted:list"), Symbol("x" * 300), [],
+            [None] * 20, [UInt(1), "a"], {}, {Symbol("a"): None}, {"k": [1, {}]},
+            {Symbol("jms-selector"): Described(Symbol("apache.org:selector-filter:string"),
+                                               "a = 1")},
+            Array([]), Array([UInt(1), UInt(2)]), Array([Symbol("PLAIN")] * 3),
+            Described(ULong(0x24), []), Described(ULong(0x25), [None]),
+            Described(ULong(0x27), [True, True, {}]), Described(ULong(0x28), ["q1"]),
+            Described(ULong(0x29), [None, UInt(9)]), Described(ULong(0x1D), [Symbol("e")]),
+            Described(ULong(0x30), []), Described(Symbol("amqp:source:list"), []),
+            Described(ULong(0x99999), [1]), Described("not a code", [1]),
+            Described(ULong(0x28), "not a list"),
+        ]
+        self._values = []
+        for value in candidates:
+            try:
+                self.codec.encode(value)
+            except Exception:  # noqa: BLE001 - a value the codec cannot write: skip it
+                continue
+            self._values.append(value)
+        return self._values
+
+    def frames_of(self, data):
+        """C{data} as a list of segments, protocol headers as bytes and frames as
+        C{[type-and-channel (4 bytes), extended header, body]}; and what follows the
+        last whole frame."""
+        segments, pos, end = [], 0, len(data)
+        while pos < end:
+            if data[pos:pos + 4] == b"AMQP":
+                segments.append(data[pos:pos + 8])
+                pos += 8
+                continue
+            if pos + 8 > end:
+                break
+            size = int.from_bytes(data[pos:pos + 4], "big")
+            doff = data[pos + 4] * 4
+            if size < 8 or doff < 8 or doff > size or pos + size > end:
+                break
+            segments.append([data[pos + 4:pos + 8], data[pos + 8:pos + doff],
+                             data[pos + doff:pos + size]])
+            pos += size
+        return segments, data[pos:]
+
+    @staticmethod
+    def join_frames(segments, tail):
+        out = bytearray()
+        for segment in segments:
+            if isinstance(segment, bytes):
+                out += segment
+            else:
+                head, ext, body = segment
+                out += (8 + len(ext) + len(body)).to_bytes(4, "big") + head + ext + body
+        return bytes(out + tail)
+
+    def structured_mutation(self, data, mutator, corpus):
+        """Change one frame of C{data} and keep every frame's size right: a field of a
+        performative set to an interesting value (or the performative changed), a
+        frame's body or payload mutated bytewise, a frame dropped, repeated, moved,
+        taken from another input, or sent on another channel."""
+        rng = mutator.rng
+        segments, tail = self.frames_of(data)
+        frames = [i for i, seg in enumerate(segments) if not isinstance(seg, bytes)]
+        if not frames:
+            return mutator.byte_mutation(data)
+        at = rng.choice(frames)
+        head, ext, body = segments[at]
+        choice = rng.random()
+        if choice < 0.45:
+            body = self._mutate_fields(body, rng)
+        elif choice < 0.6:
+            body = mutator.byte_mutation(body)
+        elif choice < 0.68:
+            del segments[at]
+            return self.join_frames(segments, tail)
+        elif choice < 0.76:
+            segments.insert(rng.randrange(at, len(segments) + 1), [head, ext, body])
+            return self.join_frames(segments, tail)
+        elif choice < 0.82:
+            segment = segments.pop(at)
+            segments.insert(rng.randrange(len(segments) + 1), segment)
+            return self.join_frames(segments, tail)
+        elif choice < 0.92:
+            other, _ = self.frames_of(rng.choice(corpus))
+            donors = [seg for seg in other if not isinstance(seg, bytes)]
+            if donors:
+                segments.insert(rng.randrange(len(segments) + 1), list(rng.choice(donors)))
+            return self.join_frames(segments, tail)
+        else:
+            channel = rng.choice((0, 1, 2, 255, 256, 0xFFFF))
+            head = head[:2] + channel.to_bytes(2, "big")
+        segments[at] = [head, ext, body]
+        return self.join_frames(segments, tail)
+
+    def _mutate_fields(self, body, rng):
+        """Re-encode a frame body's performative with one field changed (or one added
+        past the end, or fields dropped, or another descriptor), keeping the payload."""
+        Described = self.Described
+        try:
+            value, end = self.codec.decode(body)
+        except Exception:  # noqa: BLE001 - not decodable: mutate the bytes instead
+            return body
+        if not isinstance(value, Described) or not isinstance(value.value, list):
+            return body
+        fields = list(value.value)
+        descriptor = value.descriptor
+        choice = rng.random()
+        if choice < 0.7 or not fields:
+            at = rng.randrange(len(fields) + 2)
+            while len(fields) <= at:
+                fields.append(None)
+            fields[at] = rng.choice(self.interesting_values())
+        elif choice < 0.85:
+            del fields[rng.randrange(len(fields)):]
+        else:
+            from mqgate.amqp.types import ULong
+            descriptor = ULong(rng.choice((0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
+                                           0x18, 0x40, 0x41, 0x43, 0x44)))
+        try:
+            encoded = self.codec.encode(Described(descriptor, fields))
+        except Exception:  # noqa: BLE001 - a combination the codec refuses
+            return body
+        return encoded + bytes(body[end:])
+
     # -- running ------------------------------------------------------------------------
 
     def run(self, data, cuts):
@@ -586,7 +742,7 @@ class AmqpApplication:
     logins pass (except user C{bad}), everything is attached, producers get credit,
     received messages are parsed and settled, consumers with credit get messages."""
 
-    CREDIT = 10
+    CREDIT = 1000       # the broker's default producer credit (mqgate.amqp.producer_credit)
 
     def __init__(self, target, server):
         self.t = target
@@ -1270,6 +1426,8 @@ class InFlight:
         else:
             self.shm = shared_memory.SharedMemory(name=name)
         self.buf = self.shm.buf
+        if name is None:
+            self.idle()
 
     def put(self, index, data, cuts):
         size = len(data)
@@ -1393,6 +1551,7 @@ def fuzz_target(name, runs, seed, jobs, budget, results, log=print, stall_limit=
         start(worker, worker)
     finished = {}
     exited = {}
+    since = {}
     crashes = hangs = 0
     last_report = started
     while len(finished) < jobs:
@@ -1413,10 +1572,16 @@ def fuzz_target(name, runs, seed, jobs, budget, results, log=print, stall_limit=
                 proc, slot, _, _ = workers[worker]
                 proc.join()
                 slot.close(unlink=True)
+        now = time.monotonic()
         for worker, (proc, slot, done, stack_path) in list(workers.items()):
             if worker in finished:
                 continue
-            index, at, data, cuts = slot.get()
+            index, _, data, cuts = slot.get()
+            # A stall is the same input seen for stall_limit by our own clock: the
+            # worker's header may be read half-written, never twice the same way.
+            if since.get(worker, (None,))[0] != index:
+                since[worker] = (index, now)
+            at = since[worker][1]
             died = not proc.is_alive()
             if died and proc.exitcode == 0:
                 # Its "done" may still be on its way; a worker that exits cleanly
@@ -1424,7 +1589,7 @@ def fuzz_target(name, runs, seed, jobs, budget, results, log=print, stall_limit=
                 gone = exited.setdefault(worker, time.monotonic())
                 if time.monotonic() - gone < 5.0:
                     continue
-            stalled = not died and index >= 0 and time.monotonic() - at > stall_limit
+            stalled = not died and index >= 0 and now - at > stall_limit
             if not (stalled or died):
                 continue
             if stalled:
@@ -1448,6 +1613,7 @@ def fuzz_target(name, runs, seed, jobs, budget, results, log=print, stall_limit=
             hangs += what[0] == "hang"
             slot.close(unlink=True)
             exited.pop(worker, None)
+            since.pop(worker, None)
             log(f"  {name}: worker {worker}: {what[1].splitlines()[0]} at input {index}; "
                 "restarting")
             start(worker, index + jobs if index >= 0 else worker + jobs * (done + 1))
