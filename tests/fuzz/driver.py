@@ -919,6 +919,71 @@ class StompTarget(Target):
                     fields.append((comma + 1, 0))
         return fields
 
+    #: Header values worth trying: empty, long, escapes (good and bad), numbers at
+    #: the edges, every ack mode, versions, bytes that are not UTF-8.
+    VALUES = (b"", b"x" * 2000, b"\\c\\n\\r\\\\", b"\\t", b"\\", b"a:b", b"0", b"-1",
+              b"99999999999999999999", b"1,1", b"0,0", b"1000000,1", b"auto", b"client",
+              b"client-individual", b"1.0", b"1.1", b"1.2", b"1.3", b"1.0,1.1,1.2",
+              b"/queue/a", b"/topic/b", b"/temp-queue/c", b"queue://x", b"t-1", b"a-1",
+              b"m-1", b"0", b"true", b"\xff\xfe", b"\xed\xa0\x80", b" a = 1 ",
+              b"colour = 'red' AND", b"\x00")
+    COMMANDS = (b"CONNECT", b"STOMP", b"SEND", b"SUBSCRIBE", b"UNSUBSCRIBE", b"ACK", b"NACK",
+                b"BEGIN", b"COMMIT", b"ABORT", b"DISCONNECT", b"CONNECTED", b"MESSAGE", b"")
+
+    def structured_mutation(self, data, mutator, corpus):
+        """Change one frame of C{data}, keeping the others intact: its command, one
+        header (value, name, repeated, removed, added), its body (with or without a
+        matching content-length); or drop, repeat, move or splice in a whole frame."""
+        rng = mutator.rng
+        frames = data.split(b"\x00")
+        if len(frames) < 2:
+            return mutator.byte_mutation(data)
+        at = rng.randrange(len(frames) - 1)          # the last piece is what follows
+        frame = frames[at]
+        choice = rng.random()
+        if choice < 0.12:
+            del frames[at]
+        elif choice < 0.2:
+            frames.insert(rng.randrange(at, len(frames)), frame)
+        elif choice < 0.26:
+            frames.insert(rng.randrange(len(frames)), frames.pop(at))
+        elif choice < 0.34:
+            donors = rng.choice(corpus).split(b"\x00")[:-1]
+            if donors:
+                frames.insert(rng.randrange(len(frames)), rng.choice(donors))
+        else:
+            frames[at] = self._mutate_frame(frame, rng)
+        return b"\x00".join(frames)
+
+    def _mutate_frame(self, frame, rng):
+        head, sep, body = frame.partition(b"\n\n")
+        lead = len(head) - len(head.lstrip(b"\r\n"))
+        prefix, lines = head[:lead], head[lead:].split(b"\n")
+        choice = rng.random()
+        if choice < 0.15:
+            lines[0] = rng.choice(self.COMMANDS)
+        elif choice < 0.75 and len(lines) > 1:
+            at = rng.randrange(1, len(lines))
+            name, colon, value = lines[at].partition(b":")
+            what = rng.random()
+            if what < 0.5:
+                lines[at] = name + b":" + rng.choice(self.VALUES)
+            elif what < 0.65:
+                lines.insert(at, lines[at])
+            elif what < 0.8:
+                del lines[at]
+            elif what < 0.9:
+                lines[at] = rng.choice(self.dictionary).rstrip(b"\n")
+            else:
+                lines[at] = name + colon + value + rng.choice(self.VALUES)
+        else:
+            body = rng.choice((b"", body * 2, body + b"\x00", b"b" * rng.choice((1, 100, 9000)),
+                               bytes(body[:len(body) // 2])))
+            if rng.random() < 0.5:
+                lines = [line for line in lines if not line.startswith(b"content-length:")]
+                lines.append(b"content-length:%d" % len(body))
+        return prefix + b"\n".join(lines) + (sep or b"\n\n") + body
+
     def run(self, data, cuts):
         conn = self.StompConnection()
         app = StompApplication(self, conn)

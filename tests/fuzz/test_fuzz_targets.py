@@ -123,7 +123,7 @@ def planted(monkeypatch):
 
 def test_fuzzer_finds_a_planted_crash_and_hang(planted):
     """The fuzzer reports an exception as a crash and a CPU loop as a hang."""
-    findings = driver.run_inputs("planted", 300, seed=1, budget=0.05)
+    findings = driver.run_inputs("planted", 100, seed=1, budget=0.01)
     kinds = {(f.kind, f.signature[1].split(":")[1]) for f in findings}
     assert ("crash", "KeyError") in kinds and ("hang", "Hang") in kinds, kinds
     crash = next(f for f in findings if f.kind == "crash")
