@@ -3,6 +3,7 @@
 #   make run     install into .venv and run the broker in the foreground
 #   make test    install with the test extra and run the whole suite
 #   make bench   run the throughput benchmarks (not part of `make test`)
+#   make fuzz    run the fuzz targets, a million inputs each (not part of `make test`)
 #
 # Everything goes into .venv; nothing is installed into the system Python.
 
@@ -30,7 +31,7 @@ INSTALL_STAMP = $(VENV)/.mqgate-install
 TEST_STAMP    = $(VENV)/.mqgate-install-test
 PACKAGING     = setup.cfg pyproject.toml
 
-.PHONY: venv install install-test postgres-server run test bench clean
+.PHONY: venv install install-test postgres-server run test bench fuzz clean
 
 venv: $(PY)
 
@@ -90,7 +91,21 @@ test: install-test postgres-server
 bench: install-test
 	$(PY) bench/run.py
 
+# S10.4: mutated client input against the AMQP and STOMP engines, the port mapper and
+# the protocol sniffer (tests/fuzz/README.md). FUZZ_RUNS inputs per target, FUZZ_TARGETS
+# (comma-separated), FUZZ_JOBS worker processes, FUZZ_SEED; findings go to
+# tests/fuzz/results/ and the exit status is 1 when there are any.
+FUZZ_RUNS    ?= 1000000
+FUZZ_TARGETS ?= amqp,stomp,portmap,sniff
+FUZZ_JOBS    ?= 1
+FUZZ_SEED    ?= 1
+
+fuzz: install-test
+	$(PY) -m tests.fuzz.driver --runs $(FUZZ_RUNS) --targets $(FUZZ_TARGETS) \
+	  --jobs $(FUZZ_JOBS) --seed $(FUZZ_SEED)
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info _trial_temp .pytest_cache .hypothesis bench/results
+	rm -rf $(VENV) build dist *.egg-info _trial_temp .pytest_cache .hypothesis bench/results \
+	  tests/fuzz/results
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -name dropin.cache -type f -delete

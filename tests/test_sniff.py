@@ -149,9 +149,13 @@ def test_budget_turns_need_more_into_unknown():
     assert sniff(b"\n" * (SNIFF_BUDGET - 4) + b"CONN") is UNKNOWN
 
 
-def test_budget_does_not_undo_a_decision():
-    """A pattern completed past the budget still classifies: the budget only bounds waiting."""
-    assert sniff(b"\n" * SNIFF_BUDGET + b"STOMP\n") is STOMP
+def test_budget_answer_does_not_depend_on_arrivals():
+    """Only the first SNIFF_BUDGET bytes count: a pattern completed past the budget is
+    UNKNOWN whether the bytes came at once or in pieces (found by tests/fuzz)."""
+    data = b"\n" * SNIFF_BUDGET + b"STOMP\n"
+    assert sniff(data) is UNKNOWN
+    assert sniff(data[:SNIFF_BUDGET]) is UNKNOWN
+    assert sniff(b"\n" * (SNIFF_BUDGET - 6) + b"STOMP\n") is STOMP
 
 
 def test_budget_covers_every_pattern():

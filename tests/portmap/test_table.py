@@ -258,6 +258,12 @@ def test_parse_mq_url_unpacks_host_port_service_first():
     ("http://host:80/tunnel", "unsupported scheme"),
     ("mq://host:1/a/b", "not one word"),
     ("mq://h[x]:1/jms", "cannot read host"),
+    # Found by the fuzzer (tests/fuzz): digits str.isdigit() takes but int() does not,
+    # and more digits than int() converts, used to raise a bare ValueError.
+    ("mq://host:\u00b2/jms", "not a number"),
+    ("mq://host:\u0663\u0664/jms", "not a number"),
+    ("mq://host:" + "1" * 5000 + "/jms", "not a number"),
+    ("mq://host:000007676/jms", "not a number"),
 ])
 def test_parse_mq_url_rejects_bad_addresses(text, reason):
     """A bad address raises MqAddressError naming the address and the reason."""
