@@ -209,7 +209,10 @@ def from_described(value):
 
     @raise DecodeError: the descriptor is unknown or the value is not a list.
     """
-    cls = _REGISTRY.get(value.descriptor)
+    descriptor = value.descriptor
+    # On the wire a descriptor may be any value; only a ulong or a symbol names a
+    # type, and a list or map would not even be a key to look up.
+    cls = _REGISTRY.get(descriptor) if isinstance(descriptor, (int, str)) else None
     if cls is None:
         raise DecodeError(f"unknown descriptor {value.descriptor!r}")
     return cls.from_fields(value.value)
