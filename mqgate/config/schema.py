@@ -449,10 +449,6 @@ KEYS = (
     Key("mqgate.amqp.min_heartbeat_interval", Int(1, 3600000), "1000",
         "Milliseconds; the broker sends AMQP heart-beats (empty frames) no more often "
         "than this, however small an idle timeout a client announces."),
-    Key("mqgate.amqp.preauth.max_bytes", Size(512), "16k",
-        "Bytes an AMQP connection may send before its login succeeds (header, SASL "
-        "frames and anything sent while the password is checked); a connection sending "
-        "more is refused (amqp:resource-limit-exceeded) and dropped."),
     Key("mqgate.ingress.partial.max_bytes", Size(1), "128m",
         "Bytes of multi-frame AMQP messages not yet complete that one connection may have "
         "the broker hold, all its links together; passing it closes the connection "
@@ -501,10 +497,13 @@ KEYS = (
         "and a real client logs in within a second or two; 20 leaves room for a slow "
         "network and for failed-login delays (S4.2)."),
     # -- before login: what an unauthenticated client may cost (S4.2, S10.4) --
-    Key("mqgate.authentication.client.max_bytes", Size(), "16k",
-        "Bytes a STOMP client may send before it is logged in (its CONNECT frame and "
-        "anything pipelined behind it); past it the client gets an ERROR. A CONNECT is a "
-        "few hundred bytes, a bearer token as passcode a few KiB."),
+    Key("mqgate.authentication.client.max_bytes", Size(512), "16k",
+        "Bytes a client may send before it is logged in, on either protocol: a STOMP "
+        "CONNECT frame and anything pipelined behind it, or the AMQP header, SASL frames "
+        "and whatever arrives while the password is checked. Past it a STOMP client gets "
+        "an ERROR and an AMQP client a failed SASL outcome (or a close with "
+        "amqp:resource-limit-exceeded), and the connection is dropped. A login is a few "
+        "hundred bytes, a bearer token as password a few KiB."),
     Key("mqgate.authentication.max_unauthenticated", Int(1, 1000000), "128",
         "Connections per service that may be open without having logged in yet; a new "
         "socket past it is closed at once. Per service, so that idle sockets on one "

@@ -28,7 +28,7 @@ _BACKLOG = "backlog"
 _SETTING_NAMES = {
     "channel_max": "mqgate.amqp.channel_max",
     "handle_max": "mqgate.amqp.handle_max",
-    "max_preauth_bytes": "mqgate.amqp.preauth.max_bytes",
+    "max_preauth_bytes": "mqgate.authentication.client.max_bytes",
     "max_partial_bytes": "mqgate.ingress.partial.max_bytes",
 }
 
@@ -94,7 +94,7 @@ class AmqpServerFactory(EngineFactory):
             sasl_mechanisms=self.sasl_mechanisms, allow_no_sasl=self.allow_anonymous,
             handle_max=settings["mqgate.amqp.handle_max"],
             heartbeat_floor=settings["mqgate.amqp.min_heartbeat_interval"] / 1000,
-            max_preauth_bytes=settings["mqgate.amqp.preauth.max_bytes"],
+            max_preauth_bytes=settings["mqgate.authentication.client.max_bytes"],
             max_partial_bytes=settings["mqgate.ingress.partial.max_bytes"],
             setting_names=_SETTING_NAMES, frame_budget=FRAME_BUDGET)
         glue = AmqpBrokerSession(engine, self.broker, self.authenticator, self.clock,

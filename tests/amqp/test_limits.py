@@ -295,7 +295,7 @@ def test_bytes_held_during_login_are_capped():
     gets a SASL outcome (sys) saying which setting, and is dropped; the login's answer,
     when it comes, changes nothing."""
     server = Connection(server=True, max_preauth_bytes=4096,
-                        setting_names={"max_preauth_bytes": "mqgate.amqp.preauth.max_bytes"})
+                        setting_names={"max_preauth_bytes": "mqgate.authentication.client.max_bytes"})
     events = server.receive_data(SASL_HEADER + sasl_init())
     assert of(events, AuthenticationRequested)
     used = len(SASL_HEADER) + len(sasl_init())
@@ -307,7 +307,7 @@ def test_bytes_held_during_login_are_capped():
     assert server.finished
     outcome = performatives_of(decode_stream(server.data_to_send()), SaslOutcome)
     assert [o.code for o in outcome] == [2]
-    assert b"mqgate.amqp.preauth.max_bytes" in outcome[0].additional_data
+    assert b"mqgate.authentication.client.max_bytes" in outcome[0].additional_data
     assert server.error.condition == str(LIMIT)
     assert server.sasl_outcome(True) == []
     assert server.data_to_send() == b""

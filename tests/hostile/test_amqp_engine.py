@@ -322,7 +322,7 @@ def test_bytes_before_login_are_capped(broker, probe):
     assert max(sent) < 16 * MiB, [n // MiB for n in sent]
     outcome = performatives_of(decode_stream(answer[8:]), SaslOutcome)[0]
     assert outcome.code == 2
-    assert b"mqgate.amqp.preauth.max_bytes" in outcome.additional_data
+    assert b"mqgate.authentication.client.max_bytes" in outcome.additional_data
     assert grown < 20, f"the broker grew by {grown:.0f} MiB"
 
 
