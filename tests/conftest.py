@@ -42,14 +42,8 @@ def postgres_cluster():
     server binaries the test is skipped, or fails under CI / ``make test``
     (``MQGATE_REQUIRE_POSTGRES=1``), where the Makefile installs them.
     """
-    from tests.pgcluster import PostgresCluster, PostgresUnavailable, postgres_required
-    try:
-        cluster = PostgresCluster().start()
-    except PostgresUnavailable as e:
-        if postgres_required():
-            pytest.fail(f"PostgreSQL is required here but unavailable: {e}",
-                        pytrace=False)
-        pytest.skip(f"PostgreSQL unavailable: {e}")
+    from tests.pgcluster import start_for_test
+    cluster = start_for_test()
     yield cluster
     cluster.stop()
 

@@ -25,7 +25,7 @@ import time
 from glob import glob
 from pathlib import Path
 
-__all__ = ["PASSWORD", "PASSWORD_ROLE", "PostgresCluster", "PostgresUnavailable",
+__all__ = ["PASSWORD", "PASSWORD_ROLE", "PostgresCluster", "PostgresUnavailable", "start_for_test",
            "find_server_binaries", "postgres_required"]
 
 #: How long the server may take to accept connections after C{pg_ctl start}.
@@ -57,6 +57,18 @@ def postgres_required():
     """
     return (os.environ.get("CI", "").lower() in ("1", "true", "yes")
             or os.environ.get("MQGATE_REQUIRE_POSTGRES", "") not in ("", "0"))
+
+
+def start_for_test():
+    """Start a throw-away cluster for a pytest fixture: skip the test when PostgreSQL
+    is unavailable, or fail it where it is required (L{postgres_required})."""
+    import pytest   # only the test suite calls this; bench/ imports this module too
+    try:
+        return PostgresCluster().start()
+    except PostgresUnavailable as e:
+        if postgres_required():
+            pytest.fail(f"PostgreSQL is required here but unavailable: {e}", pytrace=False)
+        pytest.skip(f"PostgreSQL unavailable: {e}")
 
 
 def find_server_binaries():

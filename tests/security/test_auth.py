@@ -10,24 +10,10 @@ from mqgate.security.auth import (
     AuthenticationFailed, FileAuthenticator, IAuthenticator, Principal)
 from mqgate.security.users import (
     UserRepository, hash_password, is_legacy_hash, verify_password)
+from tests.deferreds import result as result_of, run_now
 
 FAST = 1000
 LEGACY_ADMIN = "-2d5455c8583c24eec82c7a1e273ea02e"   # admin/admin, FACTS 1.4
-
-
-def run_now(f, *args):
-    """A run_in_thread stand-in that runs C{f} at once and returns a Deferred."""
-    return defer.maybeDeferred(f, *args)
-
-
-def result_of(d):
-    """The result a fired Deferred holds; fails the test if it has none or failed."""
-    box = []
-    d.addBoth(box.append)
-    assert box, "Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]
 
 
 def failure_of(d, *types):

@@ -8,32 +8,17 @@ the old one simply abandoned (a killed process: its files are left as they are).
 """
 
 import pytest
-from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from mqgate.store import (
     DuplicateMessage, FileStore, IMessageStore, MemoryStore, StoreClosed, StoreError,
     TransactionStateError, UnknownMessage, destination_key, durable_key)
+from tests.deferreds import result, run_now
 
 Q = destination_key("queue", "orders")
 Q2 = destination_key("queue", "audit")
 #: Larger than the file store's max_record_size below: goes to an own file.
 BIG = bytes(range(256)) * 40
-
-
-def run_now(f, *args):
-    """A synchronous stand-in for deferToThreadPool."""
-    return defer.maybeDeferred(f, *args)
-
-
-def result(d):
-    """The result of a Deferred that has fired (else the test fails)."""
-    box = []
-    d.addBoth(box.append)
-    assert box, "Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]
 
 
 def failure(d, kind):

@@ -18,23 +18,9 @@ from mqgate.store.health import BROKEN, FAILING, HEALTHY
 from mqgate.store.interfaces import CorruptStore
 
 from tests.store.faults import EIO, ENOSPC, SYNCS, WRITES, faulty_disk  # noqa: F401
+from tests.deferreds import result, run_now
 
 Q = destination_key("queue", "orders")
-
-
-def run_now(f, *args):
-    """A synchronous stand-in for deferToThreadPool."""
-    return defer.maybeDeferred(f, *args)
-
-
-def result(d):
-    """The result of a Deferred that has fired (else the test fails)."""
-    box = []
-    d.addBoth(box.append)
-    assert box, "Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]
 
 
 def refused(d):

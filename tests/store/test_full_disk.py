@@ -85,14 +85,8 @@ def test_sqlite_store_on_a_full_disk(small_filesystem):
 @pytest.fixture
 def own_postgres():
     """A PostgreSQL cluster of this test's own, which it may stop and start."""
-    from tests.pgcluster import PostgresCluster, PostgresUnavailable, postgres_required
-    try:
-        cluster = PostgresCluster().start()
-    except PostgresUnavailable as e:
-        if postgres_required():
-            pytest.fail(f"PostgreSQL is required here but unavailable: {e}",
-                        pytrace=False)
-        pytest.skip(f"PostgreSQL unavailable: {e}")
+    from tests.pgcluster import start_for_test
+    cluster = start_for_test()
     yield cluster
     cluster.stop()
 

@@ -6,28 +6,12 @@ import shutil
 import zlib
 
 import pytest
-from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from mqgate.store import CorruptStore, FileStore, destination_key
 from mqgate.store import journal as j
+from tests.deferreds import result, run_now
 
 Q = destination_key("queue", "orders")
-
-
-def run_now(f, *args):
-    """A synchronous stand-in for deferToThreadPool."""
-    return defer.maybeDeferred(f, *args)
-
-
-def result(d):
-    """The result of a fired Deferred."""
-    box = []
-    d.addBoth(box.append)
-    assert box, "Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]
 
 
 def open_store(directory, **kwargs):
