@@ -25,8 +25,8 @@ import time
 from glob import glob
 from pathlib import Path
 
-__all__ = ["PASSWORD", "PASSWORD_ROLE", "PostgresCluster", "PostgresUnavailable", "start_for_test",
-           "find_server_binaries", "postgres_required"]
+__all__ = ["PASSWORD", "PASSWORD_ROLE", "PostgresCluster", "PostgresUnavailable",
+           "find_server_binaries", "postgres_required", "start_for_test"]
 
 #: How long the server may take to accept connections after C{pg_ctl start}.
 START_DEADLINE = 60.0
