@@ -53,7 +53,7 @@ from mqgate.store.catalog import Catalog
 from mqgate.store.guard import guarded, refused_while_failing
 from mqgate.store.health import DEFAULT_RETRY_INTERVAL, StoreHealth, file_advice
 from mqgate.store.interfaces import (
-    CorruptStore, IMessageStore, PreparedTransaction, StoreClosed, StoreError,
+    CorruptStore, IMessageStore, PreparedTransaction, StoreError,
     StoreFailed, StoredMessage, destination_key, durable_key)
 from mqgate.store.memory import PREPARED, Ledger, Txn
 
@@ -907,14 +907,7 @@ class FileStore:
             return defer.succeed(None)
         if not self.health.failing:
             return self._queue.submit(_Close(self.cleanup))
-        kept = self._queue.waiting
-        if kept:
-            self.health.log.warn(
-                "The {store} closes without writing {kept} kept writes (it cannot "
-                "write: {reason}); messages consumed meanwhile will be delivered again "
-                "after the restart.", store=self.health.describe, kept=kept,
-                reason=self.health.error.reason)
-        self._queue.abandon(StoreClosed("the store closed before it could write this"))
+        self.health.abandon_kept(self._queue)
         return self._run(self._disk.close_quietly)
 
     # -- faults (S3.6) ---------------------------------------------------------------------

@@ -29,7 +29,7 @@ import errno
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from mqgate.store.interfaces import CorruptStore, StoreFailed
+from mqgate.store.interfaces import CorruptStore, StoreClosed, StoreFailed
 
 __all__ = ["StoreHealth", "HEALTHY", "FAILING", "BROKEN", "file_advice",
            "DEFAULT_RETRY_INTERVAL"]
@@ -247,6 +247,18 @@ class StoreHealth:
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
+
+    def abandon_kept(self, writer):
+        """The store closes while it cannot write: give up the writes C{writer} keeps
+        (each fails with StoreClosed), saying in the log what that means."""
+        kept = writer.waiting
+        if kept:
+            self.log.warn(
+                "The {store} closes without writing {kept} kept writes (it cannot "
+                "write: {reason}); messages consumed meanwhile will be delivered again "
+                "after the restart.", store=self.describe, kept=kept,
+                reason=self.error.reason)
+        writer.abandon(StoreClosed("the store closed before it could write this"))
 
     # -- for the admin -----------------------------------------------------------------
 

@@ -625,14 +625,7 @@ class SqlStore:
             self._pool.close()
             return defer.succeed(None)
         if self.health.failing:
-            kept = self._writer.waiting
-            if kept:
-                self.health.log.warn(
-                    "The {store} closes without writing {kept} kept writes (it cannot "
-                    "write: {reason}); messages consumed meanwhile will be delivered "
-                    "again after the restart.", store=self.health.describe, kept=kept,
-                    reason=self.health.error.reason)
-            self._writer.abandon(StoreClosed("the store closed before it could write this"))
+            self.health.abandon_kept(self._writer)
         d = self._writer.drained()
         d.addBoth(lambda _: self._pool.close())
         return d
