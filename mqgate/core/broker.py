@@ -223,8 +223,8 @@ class Producer:
         if targets is None or type(destination) is Queue:
             if not destination.deleted:
                 destination.publish(message)
-        elif targets:
-            destination.publish_to(targets, message)
+        else:
+            destination.publish_to(targets, message)   # counted only now (S3.6)
         if destination.full and not self.closed:
             self._block(destination)
 

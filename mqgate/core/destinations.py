@@ -868,33 +868,32 @@ class Topic:
     def publish(self, message):
         """Enqueue C{message} (the same object) on every matching subscription whose
         selector, if any, accepts it (S2.8); with none, drop it and count it."""
-        subs = self.route(message)
-        if subs:
-            self.publish_to(subs, message)
+        self.publish_to(self.route(message), message)
 
     def route(self, message):
-        """Count C{message} as published and return the subscriptions that take it
-        (a tuple, maybe empty: then it is counted as dropped).
+        """The subscriptions that take C{message} (a tuple, maybe empty).
 
-        A persistent message is routed at once, stored on the durable subscriptions
-        among these, and only then enqueued on them all with L{publish_to} (S3.6:
-        nothing is delivered that the store did not take).
+        Nothing is counted here: a persistent message is routed at once, stored on
+        the durable subscriptions among these, and counted only when L{publish_to}
+        enqueues it once stored (S3.6: nothing is delivered, nor counted as
+        published, that the store did not take).
         """
-        self.messages_in += 1
         if self._gen != self._index.gen:
             self._refresh()
         subs = self._subs
         if self._selective:
             subs = _selected(subs, message)
-        if not subs:
-            self.dropped += 1
-            self.full = None
-            return subs
-        self.messages_out += len(subs)
         return subs
 
     def publish_to(self, subs, message):
-        """Enqueue C{message} on the subscriptions C{subs} that still exist."""
+        """Count C{message} as published and enqueue it on the subscriptions C{subs}
+        that still exist; with none, count it as dropped."""
+        self.messages_in += 1
+        if not subs:
+            self.dropped += 1
+            self.full = None
+            return
+        self.messages_out += len(subs)
         full = None
         # A tuple snapshot: a subscriber closing re-entrantly cannot disturb the loop.
         for queue in subs:

@@ -421,7 +421,7 @@ class AmqpBrokerSession(BrokerSession):
         what the peer holds: it may have sent it all already.
         """
         credit = self.config.producer_credit
-        room = getattr(producer, "room", None)   # the admin producer has no limits
+        room = producer.room
         if room is None or room >= 2 * credit:
             return credit
         return max(1, room // 2)

@@ -181,6 +181,27 @@ def test_a_topic_delivers_a_persistent_message_to_no_subscriber_unless_stored():
     assert durable.payloads == plain.payloads == [b"kept"]
 
 
+def test_a_topic_counts_a_persistent_message_only_once_stored():
+    """S3.6: a persistent message the store refused is not counted as published on its
+    topic, nor as copies sent to its subscriptions; one it took is, once it has it."""
+    store = _RefusingStore()
+    broker, _, _, _ = stored_broker(store)
+    consume(broker, "topic://t", durable_name="d", container_id="c", credit=5)
+    consume(broker, "topic://t", credit=5)
+    producer = broker.open_producer("topic://t")
+    producer.send(BrokerMessage(b"lost", durable=True)).addErrback(lambda _: None)
+    store.refuse()
+    topic = broker.topic("t")
+    assert (topic.messages_in, topic.messages_out, topic.dropped) == (0, 0, 0)
+    assert broker.stats["published"] == 0
+    kept = producer.send(BrokerMessage(b"kept", durable=True))
+    assert topic.messages_in == 0          # not yet: the store has not answered
+    store.release()
+    assert kept.called
+    assert (topic.messages_in, topic.messages_out) == (1, 2)
+    assert broker.stats["published"] == 1
+
+
 @pytest.mark.parametrize("outcome, kept", [
     ("accepted", False), ("rejected", False), ("released", True)])
 def test_settlement_removes_what_leaves_for_good(outcome, kept):
