@@ -401,8 +401,9 @@ KEYS = (
         "plus unacknowledged) before its limit behaviour applies; -1 means no limit "
         "(S2.3)."),
     Key("mqgate.autocreate.destination.maxTotalMsgBytes", Int(-1), "1073741824",
-        "Bytes of waiting messages an auto-created queue, or each topic subscription, "
-        "may hold before its limit behaviour applies; -1 means no limit (S2.3)."),
+        "Bytes of messages an auto-created queue, or each topic subscription, may hold "
+        "(waiting plus unacknowledged) before its limit behaviour applies; -1 means no "
+        "limit (S2.3)."),
     Key("mqgate.autocreate.destination.limitBehavior",
         Choice(("FLOW_CONTROL", "REJECT_NEWEST")), "FLOW_CONTROL",
         "What a full destination does: FLOW_CONTROL withholds the producers' AMQP credit "
@@ -421,7 +422,8 @@ KEYS = (
         "amqp:resource-limit-exceeded until consumers take some; -1 means no limit "
         "(S2.2)."),
     Key("mqgate.system.max_size", SizeLimit(), "-1",
-        "Bytes of waiting messages the broker holds (counted like max_count); past it, "
+        "Bytes of messages the broker holds (waiting or unacknowledged, counted like "
+        "max_count); past it, "
         "new messages are refused until consumers take some; -1 means no limit (S2.2)."),
     Key("mqgate.system.max_destinations", Int(-1), "100000",
         "Queues, topics, temporary destinations and durable subscriptions the broker "

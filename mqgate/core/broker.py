@@ -59,7 +59,7 @@ class CoreConfig:
     @ivar max_num_msgs: C{mqgate.autocreate.destination.maxNumMsgs}: messages a queue
         (or a topic subscription) may hold; -1 means no limit (S2.3, S2.5).
     @ivar max_total_msg_bytes: C{mqgate.autocreate.destination.maxTotalMsgBytes}:
-        bytes of waiting messages a queue may hold; -1 means no limit.
+        bytes of messages a queue may hold, waiting or in flight; -1 means no limit.
     @ivar limit_behavior: C{mqgate.autocreate.destination.limitBehavior}: what a full
         destination does to its producers, L{FLOW_CONTROL} or L{REJECT_NEWEST}.
     @ivar max_count: C{mqgate.system.max_count}: messages the broker holds, -1 for no

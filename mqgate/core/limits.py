@@ -39,7 +39,8 @@ class Limits:
     """How much one queue may hold, and what happens when it is full (S2.3).
 
     @ivar max_count: messages held (waiting plus in flight); -1 means no limit.
-    @ivar max_bytes: bytes of the waiting messages; -1 means no limit.
+    @ivar max_bytes: bytes of the messages held (waiting plus in flight); -1 means no
+        limit.
     @ivar behavior: L{FLOW_CONTROL} or L{REJECT_NEWEST}.
     """
 
@@ -87,8 +88,8 @@ class SystemLimits:
         one producer for another's messages).
     @ivar max_message_size: C{mqgate.message.max_size}, -1 for none.
     @ivar count: messages held, waiting or in flight.
-    @ivar bytes: bytes of the messages waiting (as C{maxTotalMsgBytes} counts them: what
-        is in flight is bounded by the consumers' credit).
+    @ivar bytes: bytes of the messages held, waiting or in flight (as
+        C{maxTotalMsgBytes} counts them).
     @ivar refusing: the setting that made the last message refused, until one is
         accepted again (the log says when each period starts and ends, not each
         refusal).
