@@ -102,7 +102,8 @@ class Queue:
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
-                 "_in_flight", "_flight_bytes", "store", "_system", "producers") + _QUEUE_COUNTERS
+                 "_in_flight", "_flight_bytes", "store", "_system",
+                 "producers") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None):

@@ -396,7 +396,7 @@ class AmqpBrokerSession(BrokerSession):
                 link.settle(event.delivery_id,
                             Rejected(error=Error(Symbol(error.condition), error.description)))
         else:
-            if event.settled and self._refusals:
+            if event.settled and self._refusals.runs:
                 self._refusals.accepted(link)
             if stored is not None:
                 # S3.4, S8.1: a persistent message is acknowledged once stored.
@@ -549,21 +549,18 @@ class _PresettledRefusals:
        cut off.
     """
 
-    __slots__ = ("_session", "_runs", "_unlogged", "_logged_at")
+    __slots__ = ("_session", "runs", "_unlogged", "_logged_at")
 
     def __init__(self, session):
         self._session = session
-        self._runs = {}          # link -> refusals in a row
+        self.runs = {}           # link -> refusals in a row (empty: the cheap test)
         self._unlogged = 0       # refusals since the last log line
         self._logged_at = None
-
-    def __bool__(self):
-        return bool(self._runs)
 
     def refused(self, link, condition, description):
         session = self._session
         session.context.count(PRESETTLED_REFUSED)
-        run = self._runs[link] = self._runs.get(link, 0) + 1
+        run = self.runs[link] = self.runs.get(link, 0) + 1
         self._unlogged += 1
         now = session.clock.seconds()
         if self._logged_at is None or now - self._logged_at >= _REFUSAL_LOG_INTERVAL:
@@ -575,10 +572,10 @@ class _PresettledRefusals:
             self._detach(link, condition, description, run)
 
     def accepted(self, link):
-        self._runs.pop(link, None)
+        self.runs.pop(link, None)
 
     def forget(self, link):
-        self._runs.pop(link, None)
+        self.runs.pop(link, None)
 
     def _log(self, link, description):
         session = self._session
