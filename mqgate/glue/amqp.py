@@ -529,8 +529,9 @@ _REFUSAL_LOG_INTERVAL = 10.0
 
 class _PresettledRefusals:
     """What the broker does when a limit (REJECT_NEWEST, C{mqgate.system.max_count} or
-    C{max_size}, C{mqgate.message.max_size}) or a failing store refuses a pre-settled
-    (at-most-once) message.
+    C{max_size}, C{mqgate.message.max_size}), a failing store, or anything else that
+    refuses a message (a deleted destination, a message that does not parse) refuses a
+    pre-settled (at-most-once) one.
 
     AMQP has no way to reject a transfer the sender settled (Part 2 section 2.6.12):
     the message is lost, which at-most-once allows, but the producer must not go on
