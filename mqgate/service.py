@@ -347,6 +347,12 @@ def _attach_pool(top, name, factory, settings, reactor):
         inner.login_slots = slots
 
 
+def _store_backlog(settings):
+    """A connection's bound on messages waiting for the store (S2.7): (count, bytes)."""
+    return (settings["mqgate.persist.max_unstored_messages"],
+            settings["mqgate.persist.max_unstored_bytes"])
+
+
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
                      flusher, egress, admin_requests=None):
     """The factory of one service: one protocol's, or a sniffing one over several."""
@@ -362,7 +368,9 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
                 producer_credit=settings["mqgate.amqp.producer_credit"],
                 max_message_size=settings["mqgate.message.max_size"],
                 admin_only=(kind == "ADMIN"), service=name,
-                admin_requests=admin_requests if kind == "ADMIN" else None))
+                admin_requests=admin_requests if kind == "ADMIN" else None,
+                store_backlog=_store_backlog(settings),
+                max_presettled_refusals=settings["mqgate.amqp.max_presettled_refusals"]))
         factories[sniff.AMQP] = factories[sniff.AMQP_SASL] = amqp
     if "stomp" in protocols and kind == "NORMAL":
         heartbeat = settings["mqgate.stomp.heartbeat"]
@@ -372,6 +380,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
             max_unauthenticated_bytes=settings["mqgate.authentication.client.max_bytes"],
             glue_config=StompGlueConfig(
                 max_message_size=settings["mqgate.message.max_size"], service=name,
+                store_backlog=_store_backlog(settings),
                 render_limits=RenderLimits(
                     max_value=settings["mqgate.stomp.mapping.max_value_size"],
                     max_total=settings["mqgate.stomp.mapping.max_headers_size"],

@@ -401,8 +401,9 @@ KEYS = (
         "plus unacknowledged) before its limit behaviour applies; -1 means no limit "
         "(S2.3)."),
     Key("mqgate.autocreate.destination.maxTotalMsgBytes", Int(-1), "1073741824",
-        "Bytes of waiting messages an auto-created queue, or each topic subscription, "
-        "may hold before its limit behaviour applies; -1 means no limit (S2.3)."),
+        "Bytes of messages an auto-created queue, or each topic subscription, may hold "
+        "(waiting plus unacknowledged) before its limit behaviour applies; -1 means no "
+        "limit (S2.3)."),
     Key("mqgate.autocreate.destination.limitBehavior",
         Choice(("FLOW_CONTROL", "REJECT_NEWEST")), "FLOW_CONTROL",
         "What a full destination does: FLOW_CONTROL withholds the producers' AMQP credit "
@@ -421,7 +422,8 @@ KEYS = (
         "amqp:resource-limit-exceeded until consumers take some; -1 means no limit "
         "(S2.2)."),
     Key("mqgate.system.max_size", SizeLimit(), "-1",
-        "Bytes of waiting messages the broker holds (counted like max_count); past it, "
+        "Bytes of messages the broker holds (waiting or unacknowledged, counted like "
+        "max_count); past it, "
         "new messages are refused until consumers take some; -1 means no limit (S2.2)."),
     Key("mqgate.system.max_destinations", Int(-1), "100000",
         "Queues, topics, temporary destinations and durable subscriptions the broker "
@@ -439,6 +441,11 @@ KEYS = (
         "AMQP idle timeout offered in the open frame; 0 disables it (S1.7)."),
     Key("mqgate.amqp.producer_credit", Int(1, 1000000), "1000",
         "Link credit granted to a producer, topped up when half is used (S2.7)."),
+    Key("mqgate.amqp.max_presettled_refusals", Int(0, 1000000), "100",
+        "Pre-settled (at-most-once) messages a producer link may have refused in a row "
+        "by a limit or a failing store (each is lost, counted and logged: AMQP cannot "
+        "reject a settled transfer) before the broker detaches the link with "
+        "amqp:resource-limit-exceeded; 0 never detaches."),
     Key("mqgate.amqp.channel_max", Int(0, 65535), "255",
         "Highest AMQP channel (session) number a connection may use."),
     # -- AMQP engine limits: what one connection may make the broker hold or do --
@@ -555,6 +562,15 @@ KEYS = (
         "While the message store cannot write (a full disk, an I/O error, the database "
         "server gone), seconds between its attempts to write again; persistent "
         "messages are refused meanwhile and accepted again as soon as one works."),
+    # -- what one connection may have waiting for the store (S2.7; issue 10) --
+    Key("mqgate.persist.max_unstored_messages", Int(1, 1000000), "1000",
+        "Messages one connection's producers may have waiting for the store (persistent "
+        "messages not yet written, and those sent after them); past it the broker stops "
+        "reading a STOMP connection and withholds an AMQP connection's producer credit "
+        "until the store has written a quarter of them."),
+    Key("mqgate.persist.max_unstored_bytes", Size(1), "16m",
+        "Bytes of the messages one connection may have waiting for the store, held back "
+        "past it like mqgate.persist.max_unstored_messages."),
     # -- the SQL store, mqgate.persist.store=jdbc (S3.5, S12.1) --
     Key("mqgate.persist.jdbc.dbVendor", Choice(("sqlite", "postgresql")), "sqlite",
         "Database of the SQL store: sqlite (embedded, one file) or postgresql (a server, "

@@ -24,7 +24,7 @@ from mqgate.core.deliveries import (
 from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
 from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
-    SystemLimits)
+    StoreBacklog, SystemLimits)
 from mqgate.core.message import BrokerMessage
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
@@ -34,7 +34,7 @@ __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
     "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "FLOW_CONTROL", "Limits",
     "NameLimitExceeded", "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST",
-    "ResourceLimitExceeded", "SelectorError",
+    "ResourceLimitExceeded", "SelectorError", "StoreBacklog",
 ]
 
 # Anonymous producers resolve message.to through a cache; bounded so that a client
@@ -59,7 +59,7 @@ class CoreConfig:
     @ivar max_num_msgs: C{mqgate.autocreate.destination.maxNumMsgs}: messages a queue
         (or a topic subscription) may hold; -1 means no limit (S2.3, S2.5).
     @ivar max_total_msg_bytes: C{mqgate.autocreate.destination.maxTotalMsgBytes}:
-        bytes of waiting messages a queue may hold; -1 means no limit.
+        bytes of messages a queue may hold, waiting or in flight; -1 means no limit.
     @ivar limit_behavior: C{mqgate.autocreate.destination.limitBehavior}: what a full
         destination does to its producers, L{FLOW_CONTROL} or L{REJECT_NEWEST}.
     @ivar max_count: C{mqgate.system.max_count}: messages the broker holds, -1 for no
@@ -120,16 +120,20 @@ class Producer:
     meanwhile and goes on when L{when_unblocked} calls it back. A producer may therefore
     overshoot a limit by what it had in flight, which its credit bounds.
 
+    Messages waiting for the store (a persistent one, and those sent after it) count
+    in the connection's L{StoreBacklog}, when the glue gave one: the glue holds the
+    connection back while it is L{StoreBacklog.over}.
+
     @ivar address: the canonical address (C{'queue://x'}, C{'topic://x'}), or C{None}
         for an anonymous producer.
     """
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
-                 "_callbacks", "_system", "_held", "_releasing")
+                 "_callbacks", "_system", "_held", "_releasing", "_backlog")
 
     log = Logger(namespace="mqgate.core")
 
-    def __init__(self, address, destination, route, next_seq, system):
+    def __init__(self, address, destination, route, next_seq, system, backlog=None):
         self.address = address
         self.closed = False
         self._system = system
@@ -146,6 +150,7 @@ class Producer:
         # among them to be stored (_Held); made when first needed.
         self._held = None
         self._releasing = False
+        self._backlog = backlog
 
     def __repr__(self):
         return f"<Producer {self.address}{' closed' if self.closed else ''}>"
@@ -188,7 +193,7 @@ class Producer:
         if self._held:
             # Persistent messages sent before this one wait for the store: this one
             # waits behind them, so that the producer's order holds.
-            self._held.append(_Held(destination, None, message, _READY))
+            self._hold(_Held(destination, None, message, _READY))
             return None
         destination.publish(message)
         if destination.full:
@@ -208,23 +213,28 @@ class Producer:
         if stored is None:
             # Nothing stores it: a temporary queue, no durable subscription, no store.
             if self._held:
-                self._held.append(_Held(destination, targets, message, _READY))
+                self._hold(_Held(destination, targets, message, _READY))
             else:
                 self._enqueue(destination, targets, message)
             return None
         entry = _Held(destination, targets, message, _WAITING)
         if self._held is None:
             self._held = collections.deque()
-        self._held.append(entry)
+        self._hold(entry)
         stored.addBoth(self._stored, entry)
         return stored
+
+    def _hold(self, entry):
+        self._held.append(entry)
+        if self._backlog is not None:
+            self._backlog.add(entry.message.size)
 
     def _enqueue(self, destination, targets, message):
         if targets is None or type(destination) is Queue:
             if not destination.deleted:
                 destination.publish(message)
-        elif targets:
-            destination.publish_to(targets, message)
+        else:
+            destination.publish_to(targets, message)   # counted only now (S3.6)
         if destination.full and not self.closed:
             self._block(destination)
 
@@ -240,10 +250,13 @@ class Producer:
         self._releasing = True
         held = self._held
         try:
+            backlog = self._backlog
             while held and held[0].state is not _WAITING:
                 entry = held.popleft()
                 if entry.state is _READY:
                     self._enqueue_held(entry)
+                if backlog is not None:
+                    backlog.remove(entry.message.size)
         finally:
             self._releasing = False
 
@@ -389,11 +402,12 @@ class Broker:
 
     # -- attach -----------------------------------------------------------------------
 
-    def open_producer(self, address, capabilities=()):
+    def open_producer(self, address, capabilities=(), *, backlog=None):
         """Attach a producer to C{address}, creating the destination if allowed (S2.5).
 
         C{address=None} makes an anonymous producer: each message is routed by its
-        C{to} field.
+        C{to} field. C{backlog}: the connection's L{StoreBacklog}, counting what the
+        producer has waiting for the store (S2.7), or C{None}.
 
         @raise NotFound: the destination does not exist and may not be created.
         @raise AddressError: the address names nothing.
@@ -402,11 +416,12 @@ class Broker:
             C{mqgate.system.max_destinations}.
         """
         if address is None:
-            return Producer(None, None, self._route, self._next_seq, self._system)
+            return Producer(None, None, self._route, self._next_seq, self._system,
+                            backlog)
         kind, name = self._resolve(address, capabilities)
         destination = self._destination(kind, name)
         return Producer(canonical(kind, name), destination, None, self._next_seq,
-                        self._system)
+                        self._system, backlog)
 
     def open_consumer(self, address, target, *, capabilities=(), presettled=False,
                       durable_name=None, container_id=None, dynamic=False, selector=None):

@@ -132,10 +132,17 @@ class Consumer:
         waits for another consumer.
         Settling an unknown or already settled delivery does nothing (FACTS 3.3).
         """
+        if outcome not in OUTCOMES:
+            if delivery not in self._unsettled:
+                return
+            raise LocalProtocolError(f"unknown delivery outcome {outcome!r}",
+                                     "amqp:not-implemented")
         if not self._unsettled.pop(delivery, False):
             return
         queue = self.queue
-        queue.in_flight -= 1
+        # No longer in flight nor held, bytes included (S2.2, S2.3); an outcome that
+        # gives the message back holds it again.
+        queue.settled(delivery.message.size)
         if outcome == ACCEPTED:
             queue.messages_out += 1
             if queue.store is not None and delivery.message.durable:
@@ -151,17 +158,11 @@ class Consumer:
                 queue.park(delivery, self)
             else:
                 queue.requeue(delivery)
-        elif outcome == REJECTED:
+        else:   # REJECTED
             queue.rejected += 1
             queue.dropped += 1
             if queue.store is not None and delivery.message.durable:
                 queue.store.remove(delivery.message)
-        else:
-            # Put it back so the message is not lost, then complain about the caller.
-            self._unsettled[delivery] = True
-            queue.in_flight += 1
-            raise LocalProtocolError(f"unknown delivery outcome {outcome!r}",
-                                     "amqp:not-implemented")
 
     def close(self, *, remove=False):
         """Detach: requeue what is in flight and release what this consumer owned.

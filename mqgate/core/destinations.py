@@ -29,17 +29,18 @@ queue with at least one selector consumer switches to a slower dispatch
 that accepts it, and what no ready consumer accepts stays where it is, in order.
 
 Limits (S2.3, S2.7, ARCHITECTURE rule 4): a queue with L{Limits} is I{full} once the
-messages it holds (waiting plus in flight) reach C{max_count}, or the bytes of its
-waiting messages reach C{max_bytes}. Publishing costs two integer comparisons more; the
+messages it holds (waiting plus in flight) reach C{max_count}, or their bytes reach
+C{max_bytes}. Publishing costs two integer comparisons more; the
 queue never refuses anything itself: the producer decides (L{mqgate.core.broker.Producer}
 raises for REJECT_NEWEST, registers as a waiter for FLOW_CONTROL). A full queue checks,
 each time something leaves it, whether it is back under its low-water mark, and then
-wakes its waiting producers, synchronously. Bytes in flight are not counted: the core
-learns of a settlement only through C{in_flight} (L{mqgate.core.deliveries}), which
-carries no size; what is in flight is bounded by the consumers' credit anyway.
+wakes its waiting producers, synchronously. A message counts, by number and by bytes,
+from the moment it is enqueued until it leaves for good: handed to a pre-settled
+consumer, or settled (L{Queue.settled}, which L{mqgate.core.deliveries.Consumer.settle}
+calls with its size) in a way that does not give it back.
 
 The broker-wide limits (S2.2) are counted at the same points: every queue adds what it
-holds to the broker's L{SystemLimits} (messages waiting or in flight, bytes waiting),
+holds to the broker's L{SystemLimits} (messages and bytes, waiting or in flight),
 which the producer checks before routing (L{mqgate.core.broker.Producer.send}).
 """
 
@@ -101,7 +102,8 @@ class Queue:
                  "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
-                 "_in_flight", "store", "_system", "producers") + _QUEUE_COUNTERS
+                 "_in_flight", "_flight_bytes", "store", "_system",
+                 "producers") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None):
@@ -133,7 +135,8 @@ class Queue:
         self._in_flight = 0
         self.limits = limits
         self.full = False
-        self._bytes = 0          # bytes of the waiting messages (S2.3)
+        self._bytes = 0          # bytes of the messages held, in flight too (S2.3)
+        self._flight_bytes = 0   # of which in flight
         self._waiters = {}       # producers blocked on this queue, in order
         self.store = None
         # The broker's totals (S2.2); a queue made on its own counts only for itself.
@@ -161,18 +164,23 @@ class Queue:
         """Messages handed to consumers and not settled yet."""
         return self._in_flight
 
-    @in_flight.setter
-    def in_flight(self, value):
-        # Consumer.settle lowers it: the one way a settlement reaches the queue. (A
-        # settlement that gives the message back raises the count again in requeue.)
-        self._system.count += value - self._in_flight
-        self._in_flight = value
+    def settled(self, size):
+        """A delivery of a message of C{size} bytes was settled: it is no longer in
+        flight, and no longer held (a settlement that gives it back holds it again, by
+        L{requeue} or L{park}). The one way a settlement reaches the queue."""
+        self._in_flight -= 1
+        self._flight_bytes -= size
+        self._bytes -= size
+        system = self._system
+        system.count -= 1
+        system.bytes -= size
         if self.full:
             self._ease()
 
     @property
     def held_bytes(self):
-        """Bytes of the messages waiting (what C{max_bytes} limits)."""
+        """Bytes of the messages held, waiting or in flight (what C{max_bytes}
+        limits)."""
         return self._bytes
 
     @property
@@ -296,7 +304,11 @@ class Queue:
                 consumer._in_ready = False
             except ValueError:
                 pass
+        # They leave the flight and (_push_front) wait again; held all along.
         self._in_flight -= len(pending)
+        size = sum(delivery.message.size for delivery in pending)
+        self._flight_bytes -= size
+        self._add_bytes(-size)
         if self._dropped_if_deleted(len(pending)):
             self._system.count -= len(pending)
             return
@@ -576,15 +588,18 @@ class Queue:
         # Book-keeping first: the target may settle or close re-entrantly.
         consumer.credit -= 1
         self.delivered += 1
-        self._bytes -= message.size
-        system = self._system
-        system.bytes -= message.size
         if consumer.presettled:
+            # Gone once handed over: no longer held.
+            self._bytes -= message.size
+            system = self._system
+            system.bytes -= message.size
             system.count -= 1
             self.messages_out += 1
         else:
+            # Still held, in flight, until settled (bytes too: S2.2, S2.3).
             consumer._unsettled[delivery] = True
             self._in_flight += 1
+            self._flight_bytes += message.size
         if self.full:
             self._ease()
         try:
@@ -610,7 +625,7 @@ class Queue:
         if consumer.presettled:
             self.messages_out -= 1
         elif consumer._unsettled.pop(delivery, False):
-            self._in_flight -= 1
+            self.settled(message.size)   # park holds it again
         else:
             return   # the target settled it before failing: it is no longer ours
         delivery.consumer = None
@@ -652,14 +667,14 @@ class Queue:
     def room(self):
         """How many more messages this queue takes before it is full, or C{None} when
         it never holds its producers back (no FLOW_CONTROL limit): the glue grants
-        producer credit from it (S2.7). Bytes count by the mean size of what waits."""
+        producer credit from it (S2.7). Bytes count by the mean size of what it holds."""
         limits = self.limits
         if limits.behavior != FLOW_CONTROL:
             return None
-        room = limits.full_count + 1 - self.held
-        waiting = self._count + len(self._parked)
-        if waiting and self._bytes > 0 and limits.max_bytes >= 0:
-            room = min(room, (limits.full_bytes - self._bytes) * waiting // self._bytes)
+        held = self.held
+        room = limits.full_count + 1 - held
+        if held and self._bytes > 0 and limits.max_bytes >= 0:
+            room = min(room, (limits.full_bytes - self._bytes) * held // self._bytes)
         return room if room > 0 else 0
 
     def limit_reached(self):
@@ -724,12 +739,13 @@ class Queue:
         self.deleted = True
         self.dropped += self._count + len(self._parked)
         self._system.count -= self._count + len(self._parked)
-        self._system.bytes -= self._bytes
+        # What is in flight stays held until it is settled (or comes back, dropped).
+        self._system.bytes -= self._bytes - self._flight_bytes
         for level in self._levels:
             level.clear()
         self._parked = []
         self._count = 0
-        self._bytes = 0
+        self._bytes = self._flight_bytes
         self._hi = -1
         for consumer in self._ready:
             consumer._in_ready = False
@@ -868,33 +884,32 @@ class Topic:
     def publish(self, message):
         """Enqueue C{message} (the same object) on every matching subscription whose
         selector, if any, accepts it (S2.8); with none, drop it and count it."""
-        subs = self.route(message)
-        if subs:
-            self.publish_to(subs, message)
+        self.publish_to(self.route(message), message)
 
     def route(self, message):
-        """Count C{message} as published and return the subscriptions that take it
-        (a tuple, maybe empty: then it is counted as dropped).
+        """The subscriptions that take C{message} (a tuple, maybe empty).
 
-        A persistent message is routed at once, stored on the durable subscriptions
-        among these, and only then enqueued on them all with L{publish_to} (S3.6:
-        nothing is delivered that the store did not take).
+        Nothing is counted here: a persistent message is routed at once, stored on
+        the durable subscriptions among these, and counted only when L{publish_to}
+        enqueues it once stored (S3.6: nothing is delivered, nor counted as
+        published, that the store did not take).
         """
-        self.messages_in += 1
         if self._gen != self._index.gen:
             self._refresh()
         subs = self._subs
         if self._selective:
             subs = _selected(subs, message)
-        if not subs:
-            self.dropped += 1
-            self.full = None
-            return subs
-        self.messages_out += len(subs)
         return subs
 
     def publish_to(self, subs, message):
-        """Enqueue C{message} on the subscriptions C{subs} that still exist."""
+        """Count C{message} as published and enqueue it on the subscriptions C{subs}
+        that still exist; with none, count it as dropped."""
+        self.messages_in += 1
+        if not subs:
+            self.dropped += 1
+            self.full = None
+            return
+        self.messages_out += len(subs)
         full = None
         # A tuple snapshot: a subscriber closing re-entrantly cannot disturb the loop.
         for queue in subs:

@@ -13,7 +13,7 @@ from twisted.logger import Logger
 from mqgate.errors import ProtocolError
 
 __all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "LIMIT_BEHAVIORS", "Limits", "UNLIMITED",
-           "ResourceLimitExceeded", "SystemLimits"]
+           "ResourceLimitExceeded", "StoreBacklog", "SystemLimits"]
 
 #: What a full destination does to its producers (S2.3; FACTS 1.6 names the others).
 FLOW_CONTROL = "FLOW_CONTROL"
@@ -39,7 +39,8 @@ class Limits:
     """How much one queue may hold, and what happens when it is full (S2.3).
 
     @ivar max_count: messages held (waiting plus in flight); -1 means no limit.
-    @ivar max_bytes: bytes of the waiting messages; -1 means no limit.
+    @ivar max_bytes: bytes of the messages held (waiting plus in flight); -1 means no
+        limit.
     @ivar behavior: L{FLOW_CONTROL} or L{REJECT_NEWEST}.
     """
 
@@ -87,8 +88,8 @@ class SystemLimits:
         one producer for another's messages).
     @ivar max_message_size: C{mqgate.message.max_size}, -1 for none.
     @ivar count: messages held, waiting or in flight.
-    @ivar bytes: bytes of the messages waiting (as C{maxTotalMsgBytes} counts them: what
-        is in flight is bounded by the consumers' credit).
+    @ivar bytes: bytes of the messages held, waiting or in flight (as
+        C{maxTotalMsgBytes} counts them).
     @ivar refusing: the setting that made the last message refused, until one is
         accepted again (the log says when each period starts and ends, not each
         refusal).
@@ -140,3 +141,77 @@ class SystemLimits:
         raise ResourceLimitExceeded(
             f"the broker holds {held}, all that {setting}={limit} allows; the message"
             " was not accepted, try again once consumers have taken some")
+
+
+class StoreBacklog:
+    """What one connection's producers have waiting for the store, and its bound
+    (S2.7, ARCHITECTURE rule 4).
+
+    A persistent message is enqueued only once stored (S3.6); until then it waits in
+    its producer (with the messages sent after it, which keep their order behind it)
+    and in the store's pending writes. A STOMP client sending persistent messages
+    without receipts, or an AMQP client that settles its sends itself, would otherwise
+    let that grow as fast as the store is slow. Every L{mqgate.core.broker.Producer}
+    of a connection counts its waiting messages here; once the bound is reached the
+    glue stops reading the connection's socket (STOMP) or withholds credit (AMQP),
+    and goes on when the store has answered for a quarter of them: back-pressure, not
+    refusals.
+
+    @ivar max_count: messages waiting before L{over}; at least 1.
+    @ivar max_bytes: their bytes before L{over}; at least 1 (a single larger message
+        still goes through: the bound holds back what follows it).
+    @ivar count: messages waiting now.
+    @ivar bytes: their bytes.
+    """
+
+    __slots__ = ("max_count", "max_bytes", "count", "bytes", "_low_count", "_low_bytes",
+                 "_callbacks")
+
+    def __init__(self, max_count=1000, max_bytes=16 << 20):
+        if max_count < 1 or max_bytes < 1:
+            raise ValueError("a store backlog bound must be at least 1")
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.count = 0
+        self.bytes = 0
+        # Going on at three quarters, not at the bound itself: one flow frame (or one
+        # socket read) per stored message would cost more than the messages.
+        self._low_count = max_count * 3 // 4
+        self._low_bytes = max_bytes * 3 // 4
+        self._callbacks = None
+
+    def __repr__(self):
+        return (f"<StoreBacklog count={self.count}/{self.max_count}"
+                f" bytes={self.bytes}/{self.max_bytes}>")
+
+    @property
+    def over(self):
+        """C{True} once the connection's producers may send no more for now."""
+        return self.count >= self.max_count or self.bytes >= self.max_bytes
+
+    def add(self, size):
+        """A message of C{size} bytes waits for the store (or behind one that does)."""
+        self.count += 1
+        self.bytes += size
+
+    def remove(self, size):
+        """It no longer waits (stored and enqueued, or refused); may call back."""
+        self.count -= 1
+        self.bytes -= size
+        if self._callbacks is not None and self._eased():
+            callbacks, self._callbacks = self._callbacks, None
+            for callback in callbacks:
+                callback()
+
+    def when_eased(self, callback):
+        """Call C{callback()} once the backlog is down to three quarters of its bound
+        (at once if it is)."""
+        if self._eased():
+            callback()
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+    def _eased(self):
+        return self.count <= self._low_count and self.bytes <= self._low_bytes

@@ -15,9 +15,12 @@ What the glue decides:
   (L{mqgate.core.broker.Producer.room}), so that its credit cannot carry the
   destination past its limit (credit is only ever raised: a peer may have sent all it
   had); a consumer's AMQP credit is its core credit;
+  A connection's producers together have at most its L{StoreBacklog} waiting for the
+  store: past it, their top-ups wait for the store too;
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
-  (ARCHITECTURE rule 3).
+  (ARCHITECTURE rule 3);
+- a pre-settled send that a limit or the store refuses: see L{_PresettledRefusals}.
 
 No I/O here: the adapter feeds events in and writes what the engine has to say.
 """
@@ -40,8 +43,8 @@ from mqgate.amqp.performatives import (
 )
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
-from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED
-from mqgate.glue.egress import files_as_routed
+from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED, StoreBacklog
+from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
 
@@ -62,18 +65,25 @@ class GlueConfig:
     @ivar admin_requests: on an ADMIN service, the
         L{mqgate.admin.requests.AdminRequests} that serves producers of
         L{ADMIN_ADDRESS} (S11.1); None elsewhere, where that address is refused.
+    @ivar store_backlog: C{(messages, bytes)} a connection may have waiting for the
+        store before its producers' credit is withheld (L{StoreBacklog}).
+    @ivar max_presettled_refusals: pre-settled messages a producer link may have
+        refused in a row before it is detached (0: never detached).
     """
 
     __slots__ = ("producer_credit", "max_message_size", "admin_only", "service",
-                 "admin_requests")
+                 "admin_requests", "store_backlog", "max_presettled_refusals")
 
     def __init__(self, producer_credit=1000, max_message_size=70 << 20, admin_only=False,
-                 service="jms", admin_requests=None):
+                 service="jms", admin_requests=None, store_backlog=(1000, 16 << 20),
+                 max_presettled_refusals=100):
         self.producer_credit = producer_credit
         self.max_message_size = max_message_size
         self.admin_only = admin_only
         self.service = service
         self.admin_requests = admin_requests
+        self.store_backlog = store_backlog
+        self.max_presettled_refusals = max_presettled_refusals
 
 
 class _ConsumerTarget:
@@ -126,8 +136,11 @@ class AmqpBrokerSession(BrokerSession):
         # subscriptions, kept as links come and go: a client profile's limits are then
         # checked in O(1) per attach, not by walking every link (S9.7).
         self._held = {"egress": 0, "ingress": 0, "subscription": 0}
-        self._withheld = set()   # producer links waiting for a full destination (S2.7)
+        # Producer links waiting for a full destination or the store (S2.7).
+        self._withheld = set()
         self._credit_due = set()   # producer links that received messages (S2.7)
+        self.backlog = StoreBacklog(*self.config.store_backlog)
+        self._refusals = _PresettledRefusals(self)
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -313,9 +326,11 @@ class AmqpBrokerSession(BrokerSession):
             # S11.1: admin requests go to the admin service's handler, never the core.
             producer = _admin_producer(admin, self.principal, address)
         elif address is None:
-            producer = _RelayGuard(self.broker.open_producer(None), admin, self.principal)
+            producer = _RelayGuard(self.broker.open_producer(None, backlog=self.backlog),
+                                   admin, self.principal)
         else:
-            producer = self.broker.open_producer(address, capabilities)
+            producer = self.broker.open_producer(address, capabilities,
+                                                 backlog=self.backlog)
         link.context = producer
         link.attach(source=link.remote.source, target=target,
                     snd_settle_mode=link.remote.snd_settle_mode,
@@ -330,6 +345,7 @@ class AmqpBrokerSession(BrokerSession):
 
     def _release(self, link, remove):
         self._withheld.discard(link)
+        self._refusals.forget(link)
         context, link.context = link.context, None
         if context is None:
             return
@@ -374,10 +390,14 @@ class AmqpBrokerSession(BrokerSession):
             message = self.broker_message(parse_message(event.payload))
             stored = producer.send(message)
         except ProtocolError as error:
-            if not event.settled:
+            if event.settled:
+                self._refusals.refused(link, error.condition, error.description)
+            else:
                 link.settle(event.delivery_id,
                             Rejected(error=Error(Symbol(error.condition), error.description)))
         else:
+            if event.settled and self._refusals.runs:
+                self._refusals.accepted(link)
             if stored is not None:
                 # S3.4, S8.1: a persistent message is acknowledged once stored.
                 self._settle_when_stored(link, event.delivery_id, event.settled, stored)
@@ -400,15 +420,28 @@ class AmqpBrokerSession(BrokerSession):
         """After a message: withhold or top up the producer's credit (S2.7)."""
         if link.credit > self.config.producer_credit // 2:
             return   # no top-up can be due: the cheap test of every message
+        if self._withhold(link, producer):
+            return
+        grant = self._credit_for(producer)
+        if link.credit <= grant // 2:
+            link.flow(grant)
+
+    def _withhold(self, link, producer):
+        """Withhold the producer's top-ups while a full destination or the store's
+        backlog holds it back (S2.7); C{True} if it does."""
         if producer.blocked:
             # A full destination withholds the producer's credit; what it has left
             # (little near the limit: see _credit_for) bounds the overshoot.
             self._withheld.add(link)
             producer.when_unblocked(functools.partial(self._restore_credit, link))
-            return
-        grant = self._credit_for(producer)
-        if link.credit <= grant // 2:
-            link.flow(grant)
+            return True
+        if self.backlog.over:
+            # The connection has as much waiting for the store as it may: the link
+            # sends what credit it has left, then waits for the store.
+            self._withheld.add(link)
+            self.backlog.when_eased(functools.partial(self._restore_credit, link))
+            return True
+        return False
 
     def _credit_for(self, producer):
         """The credit to grant: C{producer_credit}, or near a FLOW_CONTROL limit half
@@ -421,7 +454,7 @@ class AmqpBrokerSession(BrokerSession):
         what the peer holds: it may have sent it all already.
         """
         credit = self.config.producer_credit
-        room = getattr(producer, "room", None)   # the admin producer has no limits
+        room = producer.room
         if room is None or room >= 2 * credit:
             return credit
         return max(1, room // 2)
@@ -431,7 +464,10 @@ class AmqpBrokerSession(BrokerSession):
         Rejected with the store's condition (never Accepted unless stored, S3.6). The
         link may be gone by then: the peer will send it again."""
         if presettled:
-            stored.addErrback(lambda _: None)   # at-most-once: the store logs its faults
+            # At-most-once: nobody to answer, but the refusal counts (and is logged)
+            # like any other of a pre-settled send.
+            self.when_stored(stored, functools.partial(self._refusals.accepted, link),
+                             functools.partial(self._refusals.refused, link))
             return
 
         def settle(state):
@@ -444,12 +480,18 @@ class AmqpBrokerSession(BrokerSession):
                 Rejected(error=Error(Symbol(condition), description))))
 
     def _restore_credit(self, link):
-        """The destination drained (called from the core, perhaps while another
-        connection is being served): top the producer's credit up again."""
+        """The destination drained or the store caught up (called from the core,
+        perhaps while another connection is being served): top the producer's credit
+        up again, unless something else holds it back now."""
+        if link not in self._withheld:
+            return   # let go of meanwhile, or already restored
         self._withheld.discard(link)
-        if link.context is not None and link.state is LinkState.ATTACHED:
-            link.flow(max(link.credit, self._credit_for(link.context)))
-            self.request_flush()
+        producer = link.context
+        if producer is None or link.state is not LinkState.ATTACHED or \
+                self._withhold(link, producer):
+            return
+        link.flow(max(link.credit, self._credit_for(producer)))
+        self.request_flush()
 
     def _deliveries_settled(self, event):
         consumer = event.link.context
@@ -480,6 +522,93 @@ class AmqpBrokerSession(BrokerSession):
 
 
 _ACCEPTED = Accepted()
+
+# A connection logs refused pre-settled messages at most once in this many seconds.
+_REFUSAL_LOG_INTERVAL = 10.0
+
+
+class _PresettledRefusals:
+    """What the broker does when a limit (REJECT_NEWEST, C{mqgate.system.max_count} or
+    C{max_size}, C{mqgate.message.max_size}), a failing store, or anything else that
+    refuses a message (a deleted destination, a message that does not parse) refuses a
+    pre-settled (at-most-once) one.
+
+    AMQP has no way to reject a transfer the sender settled (Part 2 section 2.6.12):
+    the message is lost, which at-most-once allows, but the producer must not go on
+    sending into a refusing destination unaware. ActiveMQ Artemis drops such messages
+    without a word (AMQPSessionCallback: "We drop pre-settled messages"); we do three
+    things instead:
+
+     - count each one in the broker-wide event C{CLIENT_PRESETTLED_REFUSED};
+     - log, at most once every L{_REFUSAL_LOG_INTERVAL} seconds per connection, how
+       many were refused, from whom (peer, client, link, address) and why (the
+       description names the setting to change);
+     - detach the link with the refusal's condition (amqp:resource-limit-exceeded for
+       a limit or a full disk) once C{max_presettled_refusals} in a row were refused
+       on it: the one signal AMQP gives a pre-settled producer. A message accepted in
+       between starts the run again, so a producer that only brushes a limit is not
+       cut off.
+    """
+
+    __slots__ = ("_session", "runs", "_unlogged", "_logged_at")
+
+    def __init__(self, session):
+        self._session = session
+        self.runs = {}           # link -> refusals in a row (empty: the cheap test)
+        self._unlogged = 0       # refusals since the last log line
+        self._logged_at = None
+
+    def refused(self, link, condition, description):
+        session = self._session
+        session.context.count(PRESETTLED_REFUSED)
+        run = self.runs[link] = self.runs.get(link, 0) + 1
+        self._unlogged += 1
+        now = session.clock.seconds()
+        if self._logged_at is None or now - self._logged_at >= _REFUSAL_LOG_INTERVAL:
+            self._log(link, description)
+            self._logged_at = now
+        limit = session.config.max_presettled_refusals
+        if limit and run >= limit and link.context is not None and \
+                link.state is LinkState.ATTACHED:
+            self._detach(link, condition, description, run)
+
+    def accepted(self, link):
+        self.runs.pop(link, None)
+
+    def forget(self, link):
+        self.runs.pop(link, None)
+
+    def _log(self, link, description):
+        session = self._session
+        session.log.warn(
+            "{count} pre-settled message(s) from {peer} ({client}) refused and lost, the"
+            " latest on link {link!r} to {address}: {why}", count=self._unlogged,
+            peer=session.peer, client=session.client.name if session.client else "-",
+            link=link.name, address=_target_address(link), why=description)
+        self._unlogged = 0
+
+    def _detach(self, link, condition, description, run):
+        session = self._session
+        session.log.warn(
+            "detached link {link!r} of {peer} ({client}): {run} pre-settled messages in a"
+            " row refused (mqgate.amqp.max_presettled_refusals); the latest: {why}",
+            link=link.name, peer=session.peer,
+            client=session.client.name if session.client else "-", run=run,
+            why=description)
+        session._forget(link)
+        session._release(link, remove=False)
+        link.detach(closed=True, condition=Symbol(condition),
+                    description=f"{run} pre-settled messages in a row were refused and "
+                                f"lost; the latest: {description}")
+        session.request_flush()
+
+
+def _target_address(link):
+    # A producer link's target is a Target or None (Coordinators are refused).
+    target = link.remote.target if link.remote is not None else None
+    if target is None or target.address is None:
+        return "the anonymous relay"
+    return str(target.address)
 
 
 def _admin_producer(admin, principal, address):

@@ -34,7 +34,8 @@ from mqgate.egress.profiles import ProfileTable
 from mqgate.egress.scheduler import C1, EgressScheduler, cos_for
 from mqgate.egress.slowness import SlowSubscriberMeter
 
-__all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "SLOW_DISCONNECT", "UNBOUNDED",
+__all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "PRESETTLED_REFUSED",
+           "SLOW_DISCONNECT", "UNBOUNDED",
            "files_as_routed"]
 
 #: Core credit of a target whose direct messages may all be filed here (the D queues
@@ -277,7 +278,7 @@ class EgressContext:
     @ivar profiles: the L{mqgate.egress.profiles.ProfileTable}.
     @ivar ingress_limits: C{(guaranteed, direct)} largest incoming message, bytes (S9.5).
     @ivar events: event name -> how many times it happened (C{CLIENT_CLIENT_MESSAGE_TOO_BIG},
-        C{CLIENT_DISCONNECTED_SLOW}).
+        C{CLIENT_DISCONNECTED_SLOW}, C{CLIENT_PRESETTLED_REFUSED}).
     """
 
     def __init__(self, clock, *, clients=None, profiles=None, slow_threshold=0.5,
@@ -287,7 +288,7 @@ class EgressContext:
         self.profiles = profiles if profiles is not None else ProfileTable()
         self.slow_threshold = slow_threshold
         self.ingress_limits = ingress_limits
-        self.events = {MESSAGE_TOO_BIG: 0, SLOW_DISCONNECT: 0}
+        self.events = {MESSAGE_TOO_BIG: 0, SLOW_DISCONNECT: 0, PRESETTLED_REFUSED: 0}
 
     def meter(self):
         """A new connection's L{SlowSubscriberMeter} (S9.4: over the last minute)."""
@@ -301,3 +302,6 @@ class EgressContext:
 MESSAGE_TOO_BIG = "CLIENT_CLIENT_MESSAGE_TOO_BIG"
 #: S9.6: a slow subscriber disconnected because the egress buffers were over budget.
 SLOW_DISCONNECT = "CLIENT_DISCONNECTED_SLOW_SUBSCRIBER"
+#: A pre-settled (at-most-once) message a limit or the store refused: the producer
+#: cannot be told for that message (AMQP has no rejecting a settled transfer).
+PRESETTLED_REFUSED = "CLIENT_PRESETTLED_REFUSED"

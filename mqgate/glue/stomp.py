@@ -18,7 +18,9 @@ What STOMP means in broker terms:
   on: STOMP has no credit, so TCP is the back-pressure. Frames already read after that
   SEND wait too, in order (all but ACK and NACK, which only drain destinations), so a
   burst read at once cannot carry the destination past its limit by more than the SEND
-  that filled it.
+  that filled it. Persistent SENDs waiting for the store hold the socket back the same
+  way once the connection has as many waiting as its L{StoreBacklog} allows: without
+  receipts nothing else would bound them.
 """
 
 import collections
@@ -27,7 +29,7 @@ import itertools
 
 from twisted.internet import defer
 
-from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED
+from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED, StoreBacklog
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
@@ -56,16 +58,20 @@ class StompGlueConfig:
 
     @ivar render_limits: the L{RenderLimits} of MESSAGE headers mapped from AMQP.
     @ivar tx_limits: the L{TransactionLimits} of one connection.
+    @ivar store_backlog: C{(messages, bytes)} a connection may have waiting for the
+        store before its socket is no longer read (L{StoreBacklog}).
     """
 
-    __slots__ = ("max_message_size", "service", "render_limits", "tx_limits")
+    __slots__ = ("max_message_size", "service", "render_limits", "tx_limits",
+                 "store_backlog")
 
     def __init__(self, max_message_size=70 << 20, service="jms", render_limits=None,
-                 tx_limits=None):
+                 tx_limits=None, store_backlog=(1000, 16 << 20)):
         self.max_message_size = max_message_size
         self.service = service
         self.render_limits = render_limits or RenderLimits()
         self.tx_limits = tx_limits or TransactionLimits()
+        self.store_backlog = store_backlog
 
 
 class TransactionLimits:
@@ -219,6 +225,9 @@ _DISCARDED = ("discard-indication", "true")
 # The last resort of _Subscription.write: everything of the message left out.
 _UNMAPPED_ALL = (UNMAPPED_HEADER, "message")
 
+#: What blocks a connection whose L{StoreBacklog} is over its bound (S2.7).
+_STORE = "the store"
+
 
 class StompBrokerSession(BrokerSession):
     """The broker side of one STOMP connection (collaborators: see L{BrokerSession})."""
@@ -232,7 +241,10 @@ class StompBrokerSession(BrokerSession):
         # Message bytes all of them hold (read it to count them as ingress data).
         self.held_transaction_bytes = 0
         self._producers = {}
-        self._blocked = set()    # producers waiting for a full destination (S2.7)
+        # Producers waiting for a full destination, and _STORE while the backlog is
+        # over its bound (S2.7).
+        self._blocked = set()
+        self.backlog = StoreBacklog(*self.config.store_backlog)
         self._waiting = None     # events read while one was blocked, or None (S2.7)
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
@@ -366,13 +378,21 @@ class StompBrokerSession(BrokerSession):
         producer = self._producer(event.destination)
         stored = producer.send(message)
         if producer.blocked and producer not in self._blocked:
-            if not self._blocked:
-                self.pause_reading()
-                if self._waiting is None:
-                    self._waiting = []
-            self._blocked.add(producer)
+            self._block(producer)
             producer.when_unblocked(functools.partial(self._unblocked, producer))
+        if self.backlog.over and _STORE not in self._blocked:
+            self._block(_STORE)
+            self.backlog.when_eased(functools.partial(self._unblocked, _STORE))
         return stored
+
+    def _block(self, what):
+        """Stop reading until C{what} (a producer, or L{_STORE}) is unblocked; frames
+        already read wait (S2.7)."""
+        if not self._blocked:
+            self.pause_reading()
+            if self._waiting is None:
+                self._waiting = []
+        self._blocked.add(what)
 
     def _keep_waiting(self, event):
         """Keep C{event} for when no producer of this connection is blocked; C{False}
@@ -383,9 +403,10 @@ class StompBrokerSession(BrokerSession):
         return True
 
     def _unblocked(self, producer):
-        """A destination drained (called from the core): read again once no producer
-        of this connection is blocked, and act on what was held, in the next turn
-        (not inside the core call that drained the destination)."""
+        """A destination drained, or the store caught up (C{producer} is then
+        L{_STORE}; called from the core): read again once nothing blocks this
+        connection, and act on what was held, in the next turn (not inside the core
+        call that drained the destination)."""
         if producer not in self._blocked:
             return
         self._blocked.discard(producer)
@@ -410,7 +431,8 @@ class StompBrokerSession(BrokerSession):
                 evicted = self._producers.pop(next(iter(self._producers)))
                 evicted.close()   # drops its callback: account for it here
                 self._unblocked(evicted)
-            producer = self._producers[destination] = self.broker.open_producer(destination)
+            producer = self._producers[destination] = self.broker.open_producer(
+                destination, backlog=self.backlog)
         return producer
 
     # -- subscriptions -------------------------------------------------------------------

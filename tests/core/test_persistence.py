@@ -8,6 +8,7 @@ from twisted.logger import capturedLogs
 from zope.interface import implementer
 
 from mqgate.core import Broker, BrokerMessage, CoreConfig
+from mqgate.core.limits import StoreBacklog
 from mqgate.core.persistence import Persistence, StorageFailed, durable_key
 from mqgate.store import (
     DuplicateMessage, IMessageStore, MemoryStore, StoreFailed, destination_key)
@@ -179,6 +180,57 @@ def test_a_topic_delivers_a_persistent_message_to_no_subscriber_unless_stored():
     lost.addErrback(lambda _: None)
     store.refuse()
     assert durable.payloads == plain.payloads == [b"kept"]
+
+
+def test_a_topic_counts_a_persistent_message_only_once_stored():
+    """S3.6: a persistent message the store refused is not counted as published on its
+    topic, nor as copies sent to its subscriptions; one it took is, once it has it."""
+    store = _RefusingStore()
+    broker, _, _, _ = stored_broker(store)
+    consume(broker, "topic://t", durable_name="d", container_id="c", credit=5)
+    consume(broker, "topic://t", credit=5)
+    producer = broker.open_producer("topic://t")
+    producer.send(BrokerMessage(b"lost", durable=True)).addErrback(lambda _: None)
+    store.refuse()
+    topic = broker.topic("t")
+    assert (topic.messages_in, topic.messages_out, topic.dropped) == (0, 0, 0)
+    assert broker.stats["published"] == 0
+    kept = producer.send(BrokerMessage(b"kept", durable=True))
+    assert topic.messages_in == 0          # not yet: the store has not answered
+    store.release()
+    assert kept.called
+    assert (topic.messages_in, topic.messages_out) == (1, 2)
+    assert broker.stats["published"] == 1
+
+
+def test_a_connections_store_backlog_counts_what_waits_for_the_store():
+    """S2.7: what a connection's producers have waiting for the store (persistent
+    messages, and the others held behind them) counts in its backlog, by number and
+    bytes, until the store answers (stored or refused); the backlog is over its bound
+    meanwhile and calls back once it is down to three quarters."""
+    store = _RefusingStore()
+    broker, _, _, _ = stored_broker(store)
+    backlog = StoreBacklog(max_count=4, max_bytes=1000)
+    first = broker.open_producer("queue://a", backlog=backlog)
+    second = broker.open_producer(None, backlog=backlog)
+    first.send(BrokerMessage(b"p" * 10, durable=True))
+    first.send(BrokerMessage(b"n" * 10))               # held behind the first
+    assert (backlog.count, backlog.bytes, backlog.over) == (2, 20, False)
+    second.send(BrokerMessage(b"q" * 10, durable=True, to="queue://b"))
+    second.send(BrokerMessage(b"r" * 10, durable=True, to="queue://b")).addErrback(
+        lambda _: None)
+    assert backlog.over
+    eased = []
+    backlog.when_eased(lambda: eased.append(backlog.count))
+    store.refuse()                                     # every pending add refused
+    assert eased == [3] and (backlog.count, backlog.bytes) == (0, 0)
+    assert broker.queue("a").depth == 1                # the non-persistent one went on
+    big = StoreBacklog(max_count=100, max_bytes=1000)
+    broker.open_producer("queue://a", backlog=big).send(
+        BrokerMessage(b"x" * 1000, durable=True))
+    assert big.over                                    # by bytes
+    store.release()
+    assert (big.count, big.bytes, big.over) == (0, 0, False)
 
 
 @pytest.mark.parametrize("outcome, kept", [

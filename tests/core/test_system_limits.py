@@ -270,3 +270,79 @@ def test_limits_logged_when_refusing_starts_and_ends():
     assert len([t for t in texts if "mqgate.system.max_count=1 allows" in t]) == 1
     assert len([t for t in texts if "accepts messages again" in t]) == 1
     assert len([t for t in texts if "mqgate.system.max_destinations=1" in t]) == 1
+
+
+# -- bytes in flight count (S2.2, S2.3) --------------------------------------------------
+
+
+def test_max_size_counts_bytes_in_flight_until_settled():
+    """S2.2: a message handed to a consumer that has not settled it is still held, its
+    bytes too: mqgate.system.max_size refuses until the consumer settles."""
+    broker, _ = make_broker(max_size=1000)
+    producer = broker.open_producer("queue://q")
+    consumer, target = consume(broker, "queue://q", credit=5)
+    sent(producer, b"x" * 600)
+    sent(producer, b"x" * 600)         # both in flight: 1200 bytes held
+    assert broker.stats["system_bytes"] == 1200
+    assert "mqgate.system.max_size" in refused(producer)
+    target.consumer.settle(target.deliveries[0], "accepted")
+    sent(producer, b"x" * 100)
+    target.settle_all()
+    assert broker.stats["system_bytes"] == 0
+
+
+def test_max_total_msg_bytes_counts_bytes_in_flight():
+    """S2.3: maxTotalMsgBytes holds a producer back when the bytes of a queue's
+    messages, waiting or in flight, reach it, and lets it go once settlements take
+    them under the low-water mark."""
+    broker, _ = make_broker(max_num_msgs=-1, max_total_msg_bytes=1000)
+    producer = broker.open_producer("queue://q")
+    consumer, target = consume(broker, "queue://q", credit=20)
+    for _ in range(10):
+        sent(producer, b"x" * 100)
+    queue = broker.queue("q")
+    assert queue.in_flight == 10 and queue.held_bytes == 1000
+    assert producer.blocked and producer.room == 0
+    woken = []
+    producer.when_unblocked(lambda: woken.append(True))
+    target.consumer.settle(target.deliveries[0], "accepted")
+    assert not woken                   # 900 bytes: not under the low-water mark
+    target.consumer.settle(target.deliveries[1], "rejected")
+    assert woken and queue.held_bytes == 800
+
+
+def test_bytes_in_flight_come_back_to_zero():
+    """S2.2: bytes and messages in flight are given back whichever way they leave:
+    released and modified (held again, then taken), a consumer closing with
+    deliveries out, a target that fails to take one, and a temporary queue deleted
+    while another consumer holds its deliveries."""
+    broker, _ = make_broker(max_count=100, max_size=10000)
+    producer = broker.open_producer("queue://q")
+    for _ in range(4):
+        sent(producer, b"abc")
+    consumer, target = consume(broker, "queue://q", credit=4)
+    target.consumer.settle(target.deliveries[0], "released")
+    target.consumer.settle(target.deliveries[1], "modified", delivery_failed=True)
+    target.consumer.settle(target.deliveries[2], "modified", undeliverable_here=True)
+    consumer.close()                   # one still out: back to the queue
+    assert broker.stats["system_bytes"] == 12 and broker.stats["system_count"] == 4
+
+    def fail(target, delivery):
+        raise RuntimeError("a broken target")
+
+    failing, failed = consume(broker, "queue://q")
+    failed.on_deliver = fail
+    failing.set_credit(1)
+    assert broker.stats["system_bytes"] == 12 and broker.stats["system_count"] == 4
+    failing.close()
+    _, taker = consume(broker, "queue://q", credit=10)
+    taker.settle_all()
+
+    owner, _ = consume(broker, None, dynamic=True)
+    other, held = consume(broker, owner.address, credit=5)
+    sent(broker.open_producer(owner.address), b"abcd")
+    assert broker.stats["system_bytes"] == 4
+    owner.close()                      # the temporary queue goes, one delivery out
+    held.settle_all()
+    stats = broker.stats
+    assert (stats["system_count"], stats["system_bytes"], stats["held"]) == (0, 0, 0)
