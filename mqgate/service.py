@@ -27,6 +27,7 @@ from mqgate.egress.profiles import PREFIX as CLIENT_PROFILE_PREFIX, profiles_fro
 from mqgate.errors import ConfigError
 from mqgate.glue.amqp import GlueConfig
 from mqgate.glue.egress import EgressContext
+from mqgate.glue.ingress import IngressBudget
 from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
@@ -265,7 +266,8 @@ def build_broker(settings, reactor):
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,
         ingress_limits=(settings["mqgate.ingress.guaranteed.max_message_size"],
-                        settings["mqgate.ingress.direct.max_message_size"]))
+                        settings["mqgate.ingress.direct.max_message_size"]),
+        ingress_budget=IngressBudget(settings["mqgate.ingress.buffer.budget"]))
     shared = dict(settings=settings, broker=broker, authenticator=authenticator,
                   reactor=reactor, flusher=flusher, admin_requests=admin_requests,
                   egress=egress)

@@ -139,6 +139,9 @@ class Connection:
     @param max_preauth_bytes: server: bytes accepted before the login succeeds.
     @param max_partial_bytes: bytes of incomplete incoming deliveries held at once, or
         None for no limit.
+    @param ingress_budget: server: an object shared by every connection, with
+        C{take(size) -> bool}, C{give(size)} and C{refusal(size) -> str}, from which
+        the bytes of incomplete deliveries are taken too (the broker's total), or None.
     @param heartbeat_floor: seconds; we send empty frames no more often than this.
     @param setting_names: limit parameter name -> the setting an operator changes,
         quoted in the description of the error a peer gets when it passes the limit.
@@ -151,6 +154,7 @@ class Connection:
                  allow_no_sasl=True, credentials=None, hostname=None,
                  offered_capabilities=None, properties=None, handle_max=HANDLE_MAX,
                  max_preauth_bytes=MAX_PREAUTH_BYTES, max_partial_bytes=None,
+                 ingress_budget=None,
                  heartbeat_floor=HEARTBEAT_FLOOR, setting_names=None, frame_budget=None):
         self.server = server
         self.container_id = container_id
@@ -185,6 +189,9 @@ class Connection:
         # Server: bytes received so far before the login succeeded (None: logged in).
         self._preauth = 0 if server else None
         self._partial_bytes = 0            # held in incomplete incoming deliveries
+        # Shared by every connection (mqgate.glue.ingress.IngressBudget), or None: the
+        # partial bytes are taken from it too, so the broker's total is bounded.
+        self.ingress_budget = ingress_budget
         self._out = []
         self._sessions = {}                # local channel -> Session
         self._remote_sessions = {}         # remote channel -> Session
@@ -741,10 +748,15 @@ class Connection:
                 f"than the {limit} the broker keeps for one connection"
                 f"{self.setting_hint('max_partial_bytes')}; finish or abort deliveries "
                 "before starting others", c.RESOURCE_LIMIT_EXCEEDED)
+        budget = self.ingress_budget
+        if budget is not None and not budget.take(size):
+            raise AmqpRemoteError(budget.refusal(size), c.RESOURCE_LIMIT_EXCEEDED)
         self._partial_bytes = held
 
     def _release_partial(self, size):
         self._partial_bytes -= size
+        if self.ingress_budget is not None:
+            self.ingress_budget.give(size)
 
     @property
     def partial_bytes(self):

@@ -461,6 +461,12 @@ KEYS = (
         "the broker hold, all its links together; passing it closes the connection "
         "(amqp:resource-limit-exceeded). Keep it above the largest message allowed "
         "(mqgate.ingress.*.max_message_size)."),
+    Key("mqgate.ingress.buffer.budget", SizeLimit(), "1g",
+        "Bytes of unfinished incoming messages the broker holds for all its clients "
+        "together: multi-frame AMQP messages not yet complete and the SENDs of open STOMP "
+        "transactions. A connection that would pass it is refused "
+        "(amqp:resource-limit-exceeded, or an ERROR aborting the STOMP transaction); -1 "
+        "means no limit beyond the per-connection ones."),
     Key("mqgate.stomp.heartbeat", Int(0, 3600000), "10000",
         "Milliseconds between the broker's STOMP heart-beats, and the interval it asks of "
         "clients (each side uses the larger of the two offers); 0 disables (S10.2)."),

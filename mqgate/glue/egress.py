@@ -33,6 +33,7 @@ from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import ProfileTable
 from mqgate.egress.scheduler import C1, EgressScheduler, cos_for
 from mqgate.egress.slowness import SlowSubscriberMeter
+from mqgate.glue.ingress import IngressBudget
 
 __all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "PRESETTLED_REFUSED",
            "SLOW_DISCONNECT", "UNBOUNDED",
@@ -277,17 +278,20 @@ class EgressContext:
     @ivar clients: the L{mqgate.egress.clients.ClientRegistry}.
     @ivar profiles: the L{mqgate.egress.profiles.ProfileTable}.
     @ivar ingress_limits: C{(guaranteed, direct)} largest incoming message, bytes (S9.5).
+    @ivar ingress_budget: the L{mqgate.glue.ingress.IngressBudget} every connection
+        takes its unfinished incoming messages from.
     @ivar events: event name -> how many times it happened (C{CLIENT_CLIENT_MESSAGE_TOO_BIG},
         C{CLIENT_DISCONNECTED_SLOW}, C{CLIENT_PRESETTLED_REFUSED}).
     """
 
     def __init__(self, clock, *, clients=None, profiles=None, slow_threshold=0.5,
-                 ingress_limits=(30_000_000, 64 << 20)):
+                 ingress_limits=(30_000_000, 64 << 20), ingress_budget=None):
         self.clock = clock
         self.clients = clients if clients is not None else ClientRegistry()
         self.profiles = profiles if profiles is not None else ProfileTable()
         self.slow_threshold = slow_threshold
         self.ingress_limits = ingress_limits
+        self.ingress_budget = ingress_budget if ingress_budget is not None else IngressBudget()
         self.events = {MESSAGE_TOO_BIG: 0, SLOW_DISCONNECT: 0, PRESETTLED_REFUSED: 0}
 
     def meter(self):

@@ -329,6 +329,7 @@ class StompBrokerSession(BrokerSession):
 
     def _forget_transactions(self):
         self.transactions.clear()
+        self.context.ingress_budget.give(self.held_transaction_bytes)
         self.held_transaction_bytes = 0
 
     def disconnect(self, reason):
@@ -538,6 +539,12 @@ class StompBrokerSession(BrokerSession):
             self._over_limit(name, f"{limits.max_connection_bytes} bytes in all the "
                              "open transactions of a connection "
                              "(mqgate.stomp.transaction.max_connection_bytes)")
+        budget = self.context.ingress_budget
+        if not budget.take(size):
+            self._drop(name)
+            raise _Error("transaction limit exceeded",
+                         f"transaction {name} was aborted: {budget.refusal(size)}; "
+                         "nothing of it was delivered")
         transaction.work.append((apply, event))
         transaction.size += size
         self.held_transaction_bytes += size
@@ -554,6 +561,7 @@ class StompBrokerSession(BrokerSession):
         """Forget transaction C{name} and what it held; return its frames."""
         transaction = self.transactions.pop(name)
         self.held_transaction_bytes -= transaction.size
+        self.context.ingress_budget.give(transaction.size)
         return transaction.work
 
     def _begin(self, event):

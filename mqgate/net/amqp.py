@@ -96,6 +96,7 @@ class AmqpServerFactory(EngineFactory):
             heartbeat_floor=settings["mqgate.amqp.min_heartbeat_interval"] / 1000,
             max_preauth_bytes=settings["mqgate.authentication.client.max_bytes"],
             max_partial_bytes=settings["mqgate.ingress.partial.max_bytes"],
+            ingress_budget=None if self.egress is None else self.egress.ingress_budget,
             setting_names=_SETTING_NAMES, frame_budget=FRAME_BUDGET)
         glue = AmqpBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                  self.glue_config, protocol.request_flush, peer=protocol.peer,

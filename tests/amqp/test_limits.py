@@ -20,6 +20,7 @@ from mqgate.amqp.performatives import (
     Received, SaslInit, SaslOutcome, Source, Target, Transfer,
 )
 from mqgate.amqp.types import Symbol
+from mqgate.glue.ingress import IngressBudget
 
 from tests.amqp.helpers import (
     EnginePair, decode_stream, frame, link_pair, opened_pair, performatives_of,
@@ -622,3 +623,31 @@ def test_broker_attach_cost_does_not_grow_with_the_links_held(tmp_path):
     alone = per_op(connection(0), 300)
     among = per_op(connection(15), 300)
     assert among < 2.5 * alone, (alone, among)
+
+
+def test_incomplete_deliveries_of_all_connections_share_the_broker_budget():
+    """Two connections take their incomplete deliveries from one broker-wide budget:
+    the one that would pass it is closed with amqp:resource-limit-exceeded naming
+    mqgate.ingress.buffer.budget, the other goes on, and finishing or losing a
+    connection gives its bytes back."""
+    budget = IngressBudget(10000)
+    first = opened_pair(server_kwargs={"ingress_budget": budget})
+    second = opened_pair(server_kwargs={"ingress_budget": budget})
+    (a,) = producer_links(first, 1)
+    (b,) = producer_links(second, 1)
+    first.inject("server", partial(a, 0, bytes(6000)))
+    assert budget.held == 6000
+    mark = len(second.to_client)
+    second.inject("server", partial(b, 0, bytes(5000)))
+    assert second.server.finished and not first.server.finished
+    error = server_close(second, mark)
+    assert error.condition == LIMIT
+    assert "mqgate.ingress.buffer.budget" in error.description
+    assert budget.held == 6000
+    events = first.inject("server", more(a, b"end", last=True))
+    assert [len(e.payload) for e in of(events, MessageReceived)] == [6003]
+    assert budget.held == 0
+    first.inject("server", partial(a, 1, bytes(7000)))
+    assert budget.held == 7000
+    first.server.connection_lost()
+    assert budget.held == 0

@@ -6,6 +6,7 @@ The real core and STOMP adapter on StringTransports (L{tests.glue.stomp_harness}
 
 import pytest
 
+from mqgate.glue.ingress import IngressBudget
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 
 from tests.glue.stomp_harness import Gateway
@@ -111,3 +112,32 @@ def test_a_send_too_large_for_a_message_is_refused_when_it_arrives(tmp_path):
     peer.send("BEGIN", "transaction:t")
     peer.send("SEND", "destination:/queue/q", "transaction:t", body=b"x" * 200)
     assert error_of(peer).get("message") == "message too large"
+
+
+def test_transactions_of_all_connections_share_the_broker_budget(tmp_path):
+    """Open transactions of every connection take their bytes from the broker-wide
+    ingress budget: the SEND that would pass it aborts its transaction with an ERROR
+    naming mqgate.ingress.buffer.budget, the other connection's transaction commits,
+    and the bytes come back."""
+    gateway = gateway_with(tmp_path)
+    budget = gateway.factory.egress.ingress_budget = IngressBudget(6 * 1024)
+    subscriber = gateway.stomp()
+    subscriber.subscribe("/queue/q")
+    first, second = gateway.stomp(), gateway.stomp()
+    first.send("BEGIN", "transaction:a")
+    second.send("BEGIN", "transaction:b")
+    for _ in range(4):
+        first.send("SEND", "destination:/queue/q", "transaction:a", body=KIB)
+    held = budget.held
+    assert held > 4 * 1024
+    for _ in range(4):
+        second.send("SEND", "destination:/queue/q", "transaction:b", body=KIB)
+        if second.closed:
+            break
+    error = error_of(second)
+    assert error.get("message") == "transaction limit exceeded"
+    assert b"mqgate.ingress.buffer.budget" in error.body
+    assert budget.held == held
+    first.send("COMMIT", "transaction:a")
+    assert len(subscriber.messages()) == 4
+    assert budget.held == 0
