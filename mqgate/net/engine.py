@@ -55,10 +55,9 @@ class Flusher:
 
     A producer's burst may route messages to many consumers on other connections; rather
     than one write (or one C{callLater}) per message, the consumers are marked and all of
-    them flushed together when the reactor comes round.
+    them flushed together when the reactor comes round. Each protocol's C{flush} keeps
+    its own failure to itself, so every marked connection gets its turn.
     """
-
-    log = Logger()
 
     def __init__(self, clock):
         self._clock = clock
@@ -74,15 +73,7 @@ class Flusher:
         self._call = None
         pending, self._pending = self._pending, {}
         for protocol in pending:
-            try:
-                protocol.flush()
-            except Exception:
-                # One connection's failure must not cost the others their turn
-                # (S10.4); its state can no longer be trusted, so it is dropped, which
-                # gives everything it held back to the queues.
-                self.log.failure("flushing the connection of {peer} failed; dropping it",
-                                 peer=getattr(protocol, "peer", "?"))
-                _drop(protocol)
+            protocol.flush()   # guarded: one connection's failure stays its own
 
     def stop(self):
         if self._call is not None and self._call.active():
@@ -91,14 +82,13 @@ class Flusher:
 
 
 def _drop(protocol):
-    transport = getattr(protocol, "transport", None)
+    transport = protocol.transport
     if transport is None:
         return
     try:
         transport.abortConnection()
     except Exception:
-        Flusher.log.failure("dropping the connection of {peer}",
-                            peer=getattr(protocol, "peer", "?"))
+        EngineProtocol.log.failure("dropping the connection of {peer}", peer=protocol.peer)
 
 
 @implementer(IPushProducer)
@@ -127,6 +117,7 @@ class EngineProtocol(Protocol):
         self._login_slot = None  # our place among the unauthenticated (LoginSlots)
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
         self._writing_paused = False   # the transport's send buffer is full (S9.3)
+        self._broken = False    # a flush failed: the connection is being dropped
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -276,7 +267,23 @@ class EngineProtocol(Protocol):
         self.factory.flusher.mark(self)
 
     def flush(self):
-        """Write what the engine has to say; drop the transport when it is finished."""
+        """Write what the engine has to say; drop the transport when it is finished.
+
+        Whoever calls (the Flusher, a read, a timer, the transport's resume), an
+        exception here is this connection's alone (S10.4): it is logged with the peer
+        and the connection dropped, which gives everything it held back to the queues,
+        and nothing escapes into the reactor or the other connections' turn."""
+        if self._broken:
+            return
+        try:
+            self._write_out()
+        except Exception:
+            self._broken = True   # its state can no longer be trusted
+            self.log.failure("writing to the connection of {peer} failed; dropping it",
+                             peer=self.peer)
+            _drop(self)
+
+    def _write_out(self):
         engine = self.engine
         if engine is None:
             return
