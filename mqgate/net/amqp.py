@@ -10,7 +10,7 @@ milliseconds per turn, not the whole burst at once.
 """
 
 from mqgate.amqp import conditions as c
-from mqgate.amqp.connection import Connection
+from mqgate.amqp.connection import SASL_AUTH, SASL_SYS_TEMP, Connection
 from mqgate.glue.amqp import AmqpBrokerSession
 from mqgate.net.engine import EngineFactory, EngineProtocol, Flusher
 
@@ -105,9 +105,16 @@ class AmqpServerFactory(EngineFactory):
         return engine, glue
 
     def abandon(self, engine, why, description):
-        # Before the SASL exchange is over, nothing can be said (close drops the socket).
         condition = {"shutdown": c.CONNECTION_FORCED, "setup-timeout": c.UNAUTHORIZED_ACCESS,
                      }.get(why, c.RESOURCE_LIMIT_EXCEEDED)
+        if not engine.ready:
+            # A client still logging in hears it in the SASL exchange: "auth" when it
+            # never got its credentials to us in time, "sys-temp" when we did not
+            # finish with them (a slow check, a shutdown, no room): it may try again.
+            code = (SASL_AUTH if why == "setup-timeout" and not engine.authenticating
+                    else SASL_SYS_TEMP)
+            engine.end_login(code, description, condition)
+            return
         engine.close(condition, description)
         engine.finished = True
 
