@@ -21,6 +21,12 @@ blocked by a full destination (S2.7). Either side may pause the socket: it is re
 only when neither wants it paused (the reasons are kept in a set, so neither side's
 resume undoes the other's pause).
 
+Work per turn (S10.4): one reactor turn gives one connection's engine at most the
+factory's C{read_slice} bytes and its glue at most the factory's L{EventBudget} of
+events (the AMQP engine bounds its frames itself). What is left waits, in order, for
+the next turn, the socket paused meanwhile, so one peer's burst of pipelined frames
+costs the others a few milliseconds per turn, not the whole burst at once.
+
 Before login (S4.2) a connection holds a slot of the service's L{LoginSlots} (none left:
 it is refused at once, in its protocol's words where it can have any) and must be logged
 in within the factory's C{setup_timeout}; a connection the pool has no room for is told
@@ -39,15 +45,46 @@ from mqgate.glue.egress import EgressContext
 from mqgate.net.pool import RefusalGate
 from mqgate.security.guard import LogBudget
 
-__all__ = ["EngineProtocol", "EngineFactory", "Flusher"]
+__all__ = ["EngineProtocol", "EngineFactory", "EventBudget", "Flusher"]
 
 # Why a connection's socket is paused (EngineProtocol._pauses).
 _POOL = "pool"
 _FLOW = "flow-control"
+_BACKLOG = "backlog"    # work of the last read waits for the next reactor turn
 
 # Seconds a connection the pool refused has to hear why (an AMQP client needs its SASL
 # and header exchange first) before it is dropped without more words.
 REFUSAL_GRACE = 5.0
+
+
+class EventBudget:
+    """How many of an engine's events one connection hands its glue per reactor turn.
+
+    An engine that parses a whole read into events at once (STOMP) would otherwise
+    have one peer's 64 KiB of pipelined frames acted on in one go, holding the reactor
+    from every other client for as long as that takes.
+
+    @ivar total: what one turn may spend.
+    @ivar costs: what an event costs, by its type (1 unless named: those that make the
+        broker build or tear down something, a consumer say, cost more).
+    """
+
+    def __init__(self, total, costs=None):
+        self.total = total
+        self.costs = dict(costs or {})
+        # Fewer events than this fit whatever they are: no need to look at each.
+        self._surely_fits = total // max(self.costs.values(), default=1)
+
+    def end(self, events, start):
+        """Where the turn that hands over C{events} from C{start} stops (exclusive)."""
+        n = len(events)
+        if n - start <= self._surely_fits:
+            return n
+        costs, spent, i = self.costs, 0, start
+        while i < n and spent < self.total:
+            spent += costs.get(type(events[i]), 1)
+            i += 1
+        return i
 
 
 class Flusher:
@@ -55,8 +92,8 @@ class Flusher:
 
     A producer's burst may route messages to many consumers on other connections; rather
     than one write (or one C{callLater}) per message, the consumers are marked and all of
-    them flushed together when the reactor comes round. Each protocol's C{flush} keeps
-    its own failure to itself, so every marked connection gets its turn.
+    them flushed together when the reactor comes round. One connection's failure never
+    costs the others their turn (an L{EngineProtocol} keeps its own to itself).
     """
 
     def __init__(self, clock):
@@ -73,7 +110,10 @@ class Flusher:
         self._call = None
         pending, self._pending = self._pending, {}
         for protocol in pending:
-            protocol.flush()   # guarded: one connection's failure stays its own
+            try:
+                protocol.flush()   # an EngineProtocol's guards itself; this is for others
+            except Exception:
+                _flush_failed(protocol)
 
     def stop(self):
         if self._call is not None and self._call.active():
@@ -81,14 +121,22 @@ class Flusher:
         self._call = None
 
 
-def _drop(protocol):
-    transport = protocol.transport
+_log = Logger()
+
+
+def _flush_failed(protocol):
+    """A connection failed to write out (S10.4): log it with its peer and drop it, which
+    gives everything it held back to the queues; the exception goes no further, so the
+    reactor and the other connections never see it."""
+    peer = getattr(protocol, "peer", "?")
+    _log.failure("writing to the connection of {peer} failed; dropping it", peer=peer)
+    transport = getattr(protocol, "transport", None)
     if transport is None:
         return
     try:
         transport.abortConnection()
     except Exception:
-        EngineProtocol.log.failure("dropping the connection of {peer}", peer=protocol.peer)
+        _log.failure("dropping the connection of {peer}", peer=peer)
 
 
 @implementer(IPushProducer)
@@ -118,6 +166,10 @@ class EngineProtocol(Protocol):
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
         self._writing_paused = False   # the transport's send buffer is full (S9.3)
         self._broken = False    # a flush failed: the connection is being dropped
+        self._held_events = None   # events read and not yet handed to the glue, or None
+        self._held_from = 0        # the first of them not handed over yet
+        self._unread = bytearray()  # bytes received and not yet given to the engine
+        self._go_on_call = None    # the next turn's work on what earlier reads left
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -167,9 +219,72 @@ class EngineProtocol(Protocol):
             self.process_inbound(data)
 
     def process_inbound(self, data):
-        """Through the engine to the glue, then write the answer."""
-        self.glue.handle(self.engine.receive_data(data))
+        """Through the engine to the glue, then write the answer.
+
+        One reactor turn does a bounded amount of a connection's work (S10.4): at most
+        the factory's C{read_slice} bytes go to the engine, and of the events they make
+        at most the factory's L{EventBudget} goes to the glue (an AMQP engine bounds
+        its frames itself and keeps the rest, C{backlogged}). Whatever is left waits,
+        in order, for the next turn, after the other connections had theirs; the socket
+        is paused meanwhile, and bytes that still come (from the pool) wait behind it."""
+        if self._go_on_call is not None:
+            self._unread += data
+            return
+        self._take_in(data)
+
+    def _take_in(self, data):
+        limit = self.factory.read_slice
+        if limit is not None and len(data) > limit:
+            self._unread += memoryview(data)[limit:]
+            data = data[:limit]
+        self._hand_over(self.engine.receive_data(data), 0)
         self.flush()
+        self._come_back_for_the_rest()
+
+    def _hand_over(self, events, start):
+        """Give the glue C{events} from C{start}, as many as the budget allows; keep
+        the rest for the next turn."""
+        budget = self.factory.event_budget
+        end = len(events) if budget is None else budget.end(events, start)
+        if end < len(events):
+            self._held_events, self._held_from = events, end
+        if start == 0 and end == len(events):
+            self.glue.handle(events)
+        elif start < end:
+            self.glue.handle(events[start:end])
+
+    def _come_back_for_the_rest(self):
+        engine = self.engine
+        if engine.finished:
+            # Nothing more will be acted on: let go of what waits now.
+            self._held_events = None
+            self._unread = bytearray()
+            return
+        if self._go_on_call is None and (self._held_events is not None or self._unread
+                                         or getattr(engine, "backlogged", False)):
+            self._pause(_BACKLOG)
+            self._go_on_call = self.factory.clock.callLater(0, self._go_on)
+
+    def _go_on(self):
+        """The next turn's share of what earlier reads left: events first, then the
+        bytes not given to the engine yet (or the frames it kept)."""
+        self._go_on_call = None
+        if self.engine is None or self.engine.finished:
+            return
+        held = self._held_events
+        if held is not None:
+            self._held_events = None
+            self._hand_over(held, self._held_from)
+            self.flush()
+            self._come_back_for_the_rest()
+        else:
+            unread = self._unread
+            limit = self.factory.read_slice or len(unread)
+            data = bytes(unread[:limit])
+            del unread[:limit]
+            self._take_in(data)
+        if self._go_on_call is None:
+            self._resume(_BACKLOG)
 
     def pause_inbound(self):
         """Stop reading the socket (the pool's back-pressure, S1.6)."""
@@ -279,9 +394,7 @@ class EngineProtocol(Protocol):
             self._write_out()
         except Exception:
             self._broken = True   # its state can no longer be trusted
-            self.log.failure("writing to the connection of {peer} failed; dropping it",
-                             peer=self.peer)
-            _drop(self)
+            _flush_failed(self)
 
     def _write_out(self):
         engine = self.engine
@@ -329,6 +442,10 @@ class EngineProtocol(Protocol):
         self.factory.connections.discard(self)
         self._release_login_slot()
         self._cancel_tick()
+        if self._go_on_call is not None and self._go_on_call.active():
+            self._go_on_call.cancel()    # what still waits goes with the connection
+        self._go_on_call = self._held_events = None
+        self._unread = bytearray()
         self._leave_pool()  # processes what was received and not yet processed
         if self.engine is not None:
             self.engine.connection_lost()
@@ -428,6 +545,8 @@ class EngineFactory(Factory):
     protocol = EngineProtocol
     pool = None
     login_slots = None  # the service's LoginSlots (S4.2), or None: no limit
+    event_budget = None  # an EventBudget, or None: the engine bounds its own work
+    read_slice = None   # bytes given to the engine per turn, or None: a whole read
     speaks_first = False  # whether the protocol may send its error before the peer spoke
     noisy = False  # ConnectionService logs one line per service; per-connection is noise
 
