@@ -56,6 +56,12 @@ _BACKLOG = "backlog"    # work of the last read waits for the next reactor turn
 # and header exchange first) before it is dropped without more words.
 REFUSAL_GRACE = 5.0
 
+#: Seconds a connection the broker closed goes on reading, and dropping, what its peer
+#: still sends before the socket is dropped. Closing a TCP socket with input unread makes
+#: the kernel send a reset, and a reset makes the peer's kernel throw away what it had
+#: not read yet: our close frame or ERROR, the one thing the peer needed to hear.
+CLOSE_GRACE = 2.0
+
 
 class EventBudget:
     """How many of an engine's events one connection hands its glue per reactor turn.
@@ -170,6 +176,8 @@ class EngineProtocol(Protocol):
         self._held_from = 0        # the first of them not handed over yet
         self._unread = bytearray()  # bytes received and not yet given to the engine
         self._go_on_call = None    # the next turn's work on what earlier reads left
+        self._closing = False      # goodbye written, our side closed: input is dropped
+        self._grace_call = None    # drops the socket at the end of CLOSE_GRACE
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -213,6 +221,8 @@ class EngineProtocol(Protocol):
 
     def dataReceived(self, data):
         """Bytes from the peer: now (dedicated) or in the distributor's turn (shared)."""
+        if self._closing:
+            return    # said goodbye: what the peer still sends is read only to be dropped
         if self._lane is not None:
             self._lane.received(data)
         else:
@@ -322,7 +332,8 @@ class EngineProtocol(Protocol):
     def _gone(self):
         # A transport that is closing takes no more pause/resume (StringTransport even
         # raises): nothing will be read from it anyway.
-        return self.transport is None or getattr(self.transport, "disconnecting", False)
+        return (self.transport is None or self._closing
+                or getattr(self.transport, "disconnecting", False))
 
     # -- the service's thread pool (S1.6) ------------------------------------------------
 
@@ -398,7 +409,7 @@ class EngineProtocol(Protocol):
 
     def _write_out(self):
         engine = self.engine
-        if engine is None:
+        if engine is None or self._closing:
             return
         egress = self.glue.egress
         out = engine.data_to_send()
@@ -435,7 +446,31 @@ class EngineProtocol(Protocol):
                 # our goodbye could hold the connection for ever (S9.4, S9.6).
                 self.transport.abortConnection()
             else:
-                self.transport.loseConnection()
+                self._close_after_goodbye()
+
+    def _close_after_goodbye(self):
+        """Close our side once the goodbye is written, then read and drop what the peer
+        still sends for L{CLOSE_GRACE} seconds before dropping the socket (see there),
+        so that a peer that keeps sending still gets to read why it was closed.
+
+        A transport that cannot close one side (TLS) is closed as a whole."""
+        transport = self.transport
+        close_our_side = getattr(transport, "loseWriteConnection", None)
+        if close_our_side is None:
+            transport.loseConnection()
+            return
+        self._closing = True
+        if self._pauses:
+            # Paused for the pool, flow control or a backlog: none of it matters now,
+            # and input must be read for the socket to close without a reset.
+            self._pauses.clear()
+            transport.resumeProducing()
+        close_our_side()
+        self._grace_call = self.factory.clock.callLater(CLOSE_GRACE, self._end_grace)
+
+    def _end_grace(self):
+        self._grace_call = None
+        self.transport.abortConnection()
 
     def connectionLost(self, reason):
         """The transport is gone: everything unsettled goes back to its queue."""
@@ -446,6 +481,9 @@ class EngineProtocol(Protocol):
             self._go_on_call.cancel()    # what still waits goes with the connection
         self._go_on_call = self._held_events = None
         self._unread = bytearray()
+        if self._grace_call is not None and self._grace_call.active():
+            self._grace_call.cancel()
+        self._grace_call = None
         self._leave_pool()  # processes what was received and not yet processed
         if self.engine is not None:
             self.engine.connection_lost()

@@ -1,0 +1,80 @@
+"""Hostile end-to-end tests of the connection adapter's follow-ups of issue 10 (S10.4):
+a peer that keeps sending after the broker closed it still reads why; a flood of
+pipelined STOMP frames costs other clients a turn at a time; an AMQP client stalled in
+SASL hears its outcome at the login deadline. Raw sockets against a twistd broker."""
+
+import socket
+import time
+
+from tests.hostile.probe import wait_until
+
+
+def _read_until_closed(sock, timeout):
+    """What the broker writes until it closes the socket; a reset ends it as well.
+
+    @return: C{(data, how)}, how in "eof", "reset", "timeout"."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + timeout
+    data = b""
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionError:
+            return data, "reset"
+        if not chunk:
+            return data, "eof"
+        data += chunk
+    return data, "timeout"
+
+
+def _header(frame, name):
+    for line in frame.split(b"\n\n", 1)[0].split(b"\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key == name:
+            return value.decode()
+    return None
+
+
+# A SEND before CONNECT announcing a 32 MB body: its bytes pass the pre-CONNECT budget.
+_HUGE_SEND = b"SEND\ndestination:/queue/a\ncontent-length:33554432\n\n"
+
+
+def test_a_stomp_peer_that_keeps_sending_still_reads_its_error(broker):
+    """A simple client that writes a 32 MB SEND before CONNECT and reads only once its
+    writes are done gets to read the ERROR frame naming the reason: the broker half-closes
+    and drops what follows for a grace, where it used to close with input unread, which
+    resets the socket: the client's writes failed ("connection reset") before it read
+    anything (on stacks other than Linux the reset also discards the unread ERROR). The
+    broker drops the socket at the end of the grace."""
+    for attempt in range(3):
+        sock = socket.create_connection(broker.address("stomp"), timeout=5)
+        try:
+            sock.sendall(_HUGE_SEND + b"x" * (8 * 1024 * 1024))   # reset before the fix
+            data, how = _read_until_closed(sock, 10)
+            outcome = (attempt, how, data[:60])
+            assert data.startswith(b"ERROR\n"), outcome
+            assert _header(data, b"message") in ("too much data before CONNECTED",
+                                                 "not connected"), outcome
+            assert how == "eof", outcome
+            # What it sends now is read and dropped until the grace is over.
+            took = _seconds_until_send_fails(sock, 10)
+            assert _CLOSE_GRACE / 2 < took < _CLOSE_GRACE + 2.0, took
+        finally:
+            sock.close()
+
+
+_CLOSE_GRACE = 2.0   # mqgate.net.engine.CLOSE_GRACE
+
+
+def _seconds_until_send_fails(sock, limit):
+    """Send until the socket fails (or C{limit} seconds pass); return how long it took."""
+    chunk = b"x" * 16384
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < limit:
+            sock.sendall(chunk)
+    except OSError:
+        pass
+    return time.monotonic() - started
