@@ -61,6 +61,10 @@ REFUSAL_GRACE = 5.0
 #: the kernel send a reset, and a reset makes the peer's kernel throw away what it had
 #: not read yet: our close frame or ERROR, the one thing the peer needed to hear.
 CLOSE_GRACE = 2.0
+#: Bytes read and dropped in that grace at most; past them the socket is not read any
+#: more (the peer's writes wait in its buffers) until the grace ends, so that a peer
+#: sending as fast as it can costs the broker little.
+CLOSE_DRAIN = 1024 * 1024
 
 
 class EventBudget:
@@ -178,6 +182,8 @@ class EngineProtocol(Protocol):
         self._go_on_call = None    # the next turn's work on what earlier reads left
         self._closing = False      # goodbye written, our side closed: input is dropped
         self._grace_call = None    # drops the socket at the end of CLOSE_GRACE
+        self._drained = 0          # bytes dropped since, up to CLOSE_DRAIN
+        self._drain_stopped = False
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -222,7 +228,12 @@ class EngineProtocol(Protocol):
     def dataReceived(self, data):
         """Bytes from the peer: now (dedicated) or in the distributor's turn (shared)."""
         if self._closing:
-            return    # said goodbye: what the peer still sends is read only to be dropped
+            # Said goodbye: what the peer still sends is read only to be dropped.
+            self._drained += len(data)
+            if self._drained > CLOSE_DRAIN and not self._drain_stopped:
+                self._drain_stopped = True
+                self.transport.pauseProducing()
+            return
         if self._lane is not None:
             self._lane.received(data)
         else:
@@ -450,8 +461,9 @@ class EngineProtocol(Protocol):
 
     def _close_after_goodbye(self):
         """Close our side once the goodbye is written, then read and drop what the peer
-        still sends for L{CLOSE_GRACE} seconds before dropping the socket (see there),
-        so that a peer that keeps sending still gets to read why it was closed.
+        still sends (up to L{CLOSE_DRAIN} bytes) for L{CLOSE_GRACE} seconds before
+        dropping the socket (see there), so that a peer that keeps sending still gets
+        to read why it was closed.
 
         A transport that cannot close one side (TLS) is closed as a whole."""
         transport = self.transport

@@ -10,7 +10,7 @@ from twisted.python.failure import Failure
 
 from mqgate.core.broker import Broker
 from mqgate.glue.stomp import StompGlueConfig
-from mqgate.net.engine import CLOSE_GRACE, Flusher
+from mqgate.net.engine import CLOSE_DRAIN, CLOSE_GRACE, Flusher
 from mqgate.net.stomp import StompServerFactory
 from tests.net.test_amqp_adapter import FakeAuthenticator
 from tests.net.test_flow_control import stomp_frame
@@ -49,7 +49,10 @@ def test_after_an_error_the_writing_side_closes_and_input_is_dropped_for_a_grace
     fed = []
     protocol.engine.receive_data = fed.append
     protocol.dataReceived(b"y" * 65536)
-    assert fed == []
+    assert fed == [] and transport.producerState == "producing"
+    protocol.dataReceived(b"y" * CLOSE_DRAIN)
+    # Past what the grace drops, the socket is left unread: the peer's writes wait.
+    assert fed == [] and transport.producerState == "paused"
     clock.advance(CLOSE_GRACE - 0.1)
     assert not transport.disconnecting
     clock.advance(0.1)
