@@ -14,9 +14,10 @@ __all__ = ["StompServerFactory", "EVENT_BUDGET", "READ_SLICE"]
 
 #: Frames of one connection acted on per reactor turn (S10.4). 64 KiB of small SENDs
 #: are two thousand frames, tens of milliseconds of broker work that every other client
-#: would wait for; 128 SENDs take a few. A frame that makes or ends a consumer, or
-#: commits a transaction, counts for four.
-EVENT_BUDGET = EventBudget(128, {Subscribe: 4, Unsubscribe: 4, Commit: 4, Abort: 4})
+#: would wait for; 128 SENDs take a few. A SUBSCRIBE or UNSUBSCRIBE makes or ends a
+#: subscription (about eight SENDs' worth of work: 16 a turn); a COMMIT or ABORT
+#: settles a transaction's frames, counted as four.
+EVENT_BUDGET = EventBudget(128, {Subscribe: 8, Unsubscribe: 8, Commit: 4, Abort: 4})
 #: Bytes of one connection the engine parses per reactor turn: the engine parses all it
 #: is given at once, and 64 KiB of tiny frames (two thousand) take it tens of
 #: milliseconds; 8 KiB take it a few, about what the glue spends on 128 SENDs.

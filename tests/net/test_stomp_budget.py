@@ -81,13 +81,13 @@ def test_one_turn_parses_at_most_a_slice_of_a_read(tmp_path):
 
 
 def test_subscribes_cost_more_of_the_budget(tmp_path):
-    """A SUBSCRIBE (a consumer to build) counts four: a read of 100 acts on 32 of them in
-    the first turn."""
+    """A SUBSCRIBE (a consumer to build) counts eight: a read of 100 acts on 16 of them
+    in the first turn."""
     peer = StompPeer(tmp_path)
     peer.protocol.dataReceived(b"".join(
         stomp_frame("SUBSCRIBE", destination=f"/queue/s{i}", id=str(i)) for i in range(100)))
-    assert len(peer.broker.queue("s31").consumers) == 1
+    assert len(peer.broker.queue("s15").consumers) == 1
     with pytest.raises(NotFound):
-        peer.broker.queue("s32")
+        peer.broker.queue("s16")
     peer.clock.advance(0)
     assert all(len(peer.broker.queue(f"s{i}").consumers) == 1 for i in range(100))
