@@ -115,3 +115,34 @@ def test_pipelined_subscribes_cost_others_a_turn_at_a_time(broker, probe):
     finally:
         sock.close()
     watcher.assert_responsive(limit=0.1)
+
+
+def _sasl_outcome_code(data):
+    """The code of the sasl-outcome frame (Part 5 section 5.3.3.6) in C{data}, or None."""
+    at = data.find(b"\x00\x53\x44")     # its descriptor, a smallulong
+    if at < 0:
+        return None
+    fields = data[at + 3:]
+    # A list8 (size, count, fields) or list32; the code is a ubyte (0x50).
+    first = 3 if fields[0] == 0xC0 else 9
+    assert fields[first] == 0x50, fields[:16]
+    return fields[first + 1]
+
+
+def test_an_amqp_client_stalled_in_sasl_hears_the_outcome_at_the_deadline(broker_factory):
+    """An AMQP client that sends its SASL header and no credentials reads a SASL outcome
+    "auth" saying it was not logged in in time, at the 2 s login deadline, and is then
+    closed (it used to be dropped without a word)."""
+    broker = broker_factory({"mqgate.authentication.client.response.timeout": "2"})
+    sock = socket.create_connection(broker.address("jms"), timeout=5)
+    try:
+        opened = time.monotonic()
+        sock.sendall(b"AMQP\x03\x01\x00\x00")
+        data, how = _read_until_closed(sock, 6)
+        took = time.monotonic() - opened
+    finally:
+        sock.close()
+    assert data.startswith(b"AMQP\x03\x01\x00\x00"), data
+    assert _sasl_outcome_code(data) == 1, data
+    assert b"not logged in" in data, data
+    assert how == "eof" and 1.5 < took < 4.0, (how, took)
