@@ -35,7 +35,7 @@ so and dropped within a few seconds, its credentials never checked.
 
 import socket
 
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -465,10 +465,12 @@ class EngineProtocol(Protocol):
         dropping the socket (see there), so that a peer that keeps sending still gets
         to read why it was closed.
 
-        A transport that cannot close one side (TLS) is closed as a whole."""
+        A transport that cannot close one side is closed as a whole, and so is TLS:
+        a TCP connection running TLS has the method, but it would close the socket's
+        side under TLS without its close_notify (clients fail on "unexpected eof")."""
         transport = self.transport
         close_our_side = getattr(transport, "loseWriteConnection", None)
-        if close_our_side is None:
+        if close_our_side is None or ISSLTransport.providedBy(transport):
             transport.loseConnection()
             return
         self._closing = True

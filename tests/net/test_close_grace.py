@@ -5,8 +5,10 @@ goes (S10.4): closing a TCP socket with input unread resets it."""
 from twisted.internet import task
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import ISSLTransport
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
+from zope.interface import directlyProvides
 
 from mqgate.core.broker import Broker
 from mqgate.glue.stomp import StompGlueConfig
@@ -88,9 +90,20 @@ def test_a_peer_that_closes_ends_the_grace_early():
 
 
 def test_a_transport_that_cannot_half_close_is_closed_whole():
-    """Over a transport without a writing side of its own to close (TLS), the goodbye
-    is followed by an ordinary close."""
+    """Over a transport without a writing side of its own to close, the goodbye is
+    followed by an ordinary close."""
     transport = StringTransport(peerAddress=PEER)
     clock, protocol = connect(transport)
     protocol.dataReceived(stomp_frame("SEND", b"x", destination="/queue/a"))
     assert transport.value().startswith(b"ERROR\n") and transport.disconnecting
+
+
+def test_tls_is_closed_whole():
+    """A TCP transport running TLS has a writing side to close, but closing it would skip
+    TLS's own close: the goodbye is followed by an ordinary close."""
+    transport = HalfClosingTransport(peerAddress=PEER)
+    directlyProvides(transport, ISSLTransport)
+    clock, protocol = connect(transport)
+    protocol.dataReceived(stomp_frame("SEND", b"x", destination="/queue/a"))
+    assert transport.value().startswith(b"ERROR\n") and transport.disconnecting
+    assert not transport.write_closed
