@@ -207,6 +207,7 @@ def _kept_entries(data, span, extra):
         if count % 2 or count > end - pos:
             return None
         view = memoryview(data)
+        keys = _encoded_keys(extra)
         chunks = []
         run = pos        # start of the run of kept entries
         kept = count
@@ -215,7 +216,7 @@ def _kept_entries(data, span, extra):
             entry_end = codec.skip(data, key_end)
             if entry_end > end:
                 return None
-            if _key_in(data, pos, key_end, extra):
+            if _key_in(data, pos, key_end, keys):
                 if run < pos:
                     chunks.append(view[run:pos])
                 run = entry_end
@@ -230,21 +231,31 @@ def _kept_entries(data, span, extra):
         return None
 
 
-def _key_in(data, pos, key_end, extra):
-    """Whether the encoded key at C{pos} is one of C{extra}'s keys (annotation keys are
-    symbols or ulongs, Part 3 section 3.2.3; a symbol may come as sym8 or sym32)."""
+def _key_in(data, pos, key_end, keys):
+    """Whether the encoded key at C{pos} is one of C{keys} (see L{_encoded_keys}).
+
+    Annotation keys are symbols or ulongs (Part 3 section 3.2.3); a symbol may come as
+    sym8 or sym32, so its text is compared. Nothing is decoded: a hostile key may be a
+    huge value, and this runs for every redelivery."""
+    symbols, others = keys
     constructor = data[pos]
     if constructor == _SYM8:
-        text = data[pos + 2:key_end]
-    elif constructor == _SYM32:
-        text = data[pos + 5:key_end]
-    else:
-        try:
-            key = codec.decode(data, pos)[0]
-        except DecodeError:
-            return False
-        return isinstance(key, int) and not isinstance(key, Symbol) and key in extra
-    return any(isinstance(k, Symbol) and k.encode("ascii") == text for k in extra)
+        return bytes(data[pos + 2:key_end]) in symbols
+    if constructor == _SYM32:
+        return bytes(data[pos + 5:key_end]) in symbols
+    # Other keys (ulongs) are compared as we would encode them.
+    return bool(others) and bytes(data[pos:key_end]) in others
+
+
+def _encoded_keys(extra):
+    """C{(symbol texts, other keys encoded)} of C{extra}'s keys, for L{_key_in}."""
+    symbols, others = set(), set()
+    for key in extra:
+        if isinstance(key, Symbol):
+            symbols.add(key.encode("ascii"))
+        else:
+            others.add(codec.encode(key))
+    return symbols, others
 
 
 def _section_code(data, pos):

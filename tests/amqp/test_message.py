@@ -367,6 +367,22 @@ def test_added_annotation_replaces_a_sym32_key_and_keeps_the_rest_in_order():
     assert first + last in out
 
 
+def test_added_annotations_leave_a_huge_key_alone_and_replace_a_ulong_key():
+    """S9.2, S10.4: a key that is neither a symbol nor ours (here a 100,000-entry list) is
+    carried over as it came, never decoded; a ulong key of ours replaces the client's."""
+    huge = codec.encode(list(range(100_000)))
+    entries = huge + b"\x41" + codec.encode(ULong(7)) + b"\xa1\x03old"
+    data = b"\x00\x53\x72" + b"\xd1" + (len(entries) + 4).to_bytes(4, "big") + \
+        (4).to_bytes(4, "big") + entries + encode_message(b"x")
+    out = joined(parse_message(data).for_delivery(annotations={ULong(7): "new"}))
+    assert huge + b"\x41" in out and b"old" not in out
+    again = parse_message(out)
+    start, end = again.annotations
+    value = out[start + 3:end]
+    assert value[0] == 0xD1 and int.from_bytes(value[5:9], "big") == 4   # two entries
+    assert value.endswith(codec.encode(ULong(7)) + codec.encode("new"))
+
+
 def test_annotations_grow_from_map8_to_map32():
     """S9.2: an added entry that takes the map past 255 bytes switches it to map32."""
     data = encode_message(b"x", message_annotations={Symbol("x-opt-a"): "v" * 240})
