@@ -474,6 +474,9 @@ class EngineProtocol(Protocol):
             transport.loseConnection()
             return
         self._closing = True
+        # A peer dropped at its login deadline is not logging in any more: its place
+        # among the unauthenticated goes to the next client now, not after the grace.
+        self._release_login_slot()
         if self._pauses:
             # Paused for the pool, flow control or a backlog: none of it matters now,
             # and input must be read for the socket to close without a reset.

@@ -13,6 +13,7 @@ from zope.interface import directlyProvides
 from mqgate.core.broker import Broker
 from mqgate.glue.stomp import StompGlueConfig
 from mqgate.net.engine import CLOSE_DRAIN, CLOSE_GRACE, Flusher
+from mqgate.net.pool import LoginSlots
 from mqgate.net.stomp import StompServerFactory
 from tests.net.test_amqp_adapter import FakeAuthenticator
 from tests.net.test_flow_control import stomp_frame
@@ -107,3 +108,21 @@ def test_tls_is_closed_whole():
     protocol.dataReceived(stomp_frame("SEND", b"x", destination="/queue/a"))
     assert transport.value().startswith(b"ERROR\n") and transport.disconnecting
     assert not transport.write_closed
+
+
+def test_a_socket_closed_at_its_login_deadline_gives_its_login_slot_back_at_once():
+    """A socket dropped at the login deadline frees its place among the unauthenticated
+    when its ERROR is written, not after the grace, so the next client gets in."""
+
+    transport = HalfClosingTransport(peerAddress=PEER)
+    clock = task.Clock()
+    factory = StompServerFactory(
+        broker=Broker(clock), authenticator=FakeAuthenticator(), clock=clock,
+        flusher=Flusher(clock), glue_config=StompGlueConfig(), setup_timeout=5)
+    factory.login_slots = LoginSlots("stomp", 1, clock)
+    protocol = factory.buildProtocol(PEER)
+    protocol.makeConnection(transport)
+    assert factory.login_slots.held == 1
+    clock.advance(5)
+    assert transport.value().startswith(b"ERROR\n") and transport.write_closed
+    assert factory.login_slots.held == 0
