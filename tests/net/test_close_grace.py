@@ -113,7 +113,6 @@ def test_tls_is_closed_whole():
 def test_a_socket_closed_at_its_login_deadline_gives_its_login_slot_back_at_once():
     """A socket dropped at the login deadline frees its place among the unauthenticated
     when its ERROR is written, not after the grace, so the next client gets in."""
-
     transport = HalfClosingTransport(peerAddress=PEER)
     clock = task.Clock()
     factory = StompServerFactory(
