@@ -74,14 +74,14 @@ from mqgate.amqp.session import HANDLE_MAX, Session, SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.errors import RemoteProtocolError
 
-__all__ = ["Connection", "ConnectionState"]
+__all__ = ["Connection", "ConnectionState", "SASL_AUTH", "SASL_SYS_TEMP"]
 
 # SASL frames carry a mechanism name and a few credentials; nothing legitimate comes near
 # this, and a limit keeps an unauthenticated peer from making us buffer much.
 _MAX_SASL_FRAME = 65536
 
 # SASL outcome codes, Part 5 section 5.3.3.6.
-SASL_OK, SASL_AUTH, SASL_SYS = 0, 1, 2
+SASL_OK, SASL_AUTH, SASL_SYS, SASL_SYS_PERM, SASL_SYS_TEMP = 0, 1, 2, 3, 4
 
 #: Bytes a server connection may send before it is logged in: a SASL PLAIN exchange is
 #: a few hundred bytes; a client pipelining its open, begin and attaches behind its
@@ -348,6 +348,46 @@ class Connection:
             except RemoteProtocolError as error:
                 self._fail(error)
         return events
+
+    @property
+    def authenticating(self):
+        """Server: whether the peer's credentials (or its anonymous login) are being
+        checked, the outcome not given yet."""
+        return self._held is not None and not self.finished
+
+    def end_login(self, code, description, condition):
+        """Server: give up on a peer whose login is not finished, telling it why.
+
+        In the SASL exchange (mechanisms sent and no init yet, or the credentials still
+        being checked) the peer hears a SASL outcome of C{code} (C{SASL_AUTH}: it did
+        not authenticate; C{SASL_SYS_TEMP}: the broker could not, try again later) with
+        C{description} as its additional data (Part 5 section 5.3.3.6). A peer that
+        came without SASL, its anonymous login pending, gets our header, an open and a
+        close with C{condition}. Either way the connection is finished; returns whether
+        anything could be said (before any header, nothing can).
+        """
+        if self.finished or self._phase is _CLOSED:
+            return False
+        self.error = AmqpRemoteError(description, condition)
+        self._drop_input()
+        self._sasl_buf = bytearray()
+        said = True
+        if self._phase is _SASL:
+            self._write_frame(0, SaslOutcome(code=code, additional_data=description.encode()),
+                              frame_type=SASL_FRAME)
+            self.authenticated = None
+        elif self.authenticated == "NONE" and self._phase is _HEADER:
+            self._write(AMQP_HEADER)
+            self._phase = _AMQP
+            self._refuse_open(condition, description)
+            return True
+        elif self._phase is _AMQP:
+            self.close(condition, description)
+        else:
+            said = False
+        self.finished = True
+        self._phase = _CLOSED
+        return said
 
     def open(self):
         """Send our open."""

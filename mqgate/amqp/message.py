@@ -15,6 +15,8 @@ came in, and a message seen for the first time with nothing to change goes out u
 Delivery annotations are addressed to the next hop, which is us, so they are dropped.
 """
 
+import struct
+
 from mqgate.amqp import codec
 from mqgate.amqp.codec import DecodeError
 from mqgate.amqp.performatives import _composite
@@ -144,13 +146,116 @@ class EncodedMessage:
             header.encode(out)
         data = memoryview(self.data)
         if annotations:
-            merged = dict(self.message_annotations)
-            merged.update(annotations)
-            out += b"\x00\x53\x72"
-            codec.encode_value(out, merged)
+            _annotations_with(out, self.data, self.annotations, annotations)
         elif self.annotations is not None:
             out += data[self.annotations[0]:self.annotations[1]]
         return [bytes(out), data[self.bare_start:]]
+
+
+def _annotations_with(out, data, span, extra):
+    """Append to C{out} a message-annotations section: the one at C{span} of C{data}
+    (or none) with the entries of C{extra} added, replacing entries of the same keys.
+
+    The existing entries are spliced in as bytes, stepped over (L{codec.skip}) and
+    never decoded: they came from a client and may hold what we could not encode again
+    (an array of described values, say), and a redelivery should not cost a decode.
+    Only the map's size and count are written anew. Annotations that are not a
+    well-formed map were never readable (L{EncodedMessage.message_annotations} shows
+    them as none), so they give way to a map of C{extra} alone.
+    """
+    added = bytearray()
+    for key, value in extra.items():
+        codec.encode_value(added, key)
+        codec.encode_value(added, value)
+    kept = _kept_entries(data, span, extra) if span is not None else None
+    if kept is None:
+        kept, count = (), 0
+    else:
+        kept, count = kept
+    size = sum(len(chunk) for chunk in kept) + len(added)
+    count += 2 * len(extra)
+    out += b"\x00\x53\x72"
+    if size + 1 <= 255 and count <= 255:
+        out += bytes((_MAP8, size + 1, count))
+    else:
+        out.append(_MAP32)
+        out += _U32_PAIR.pack(size + 4, count)
+    for chunk in kept:
+        out += chunk
+    out += added
+
+
+_MAP8, _MAP32 = 0xC1, 0xD1
+_SYM8, _SYM32 = 0xA3, 0xB3
+_U32_PAIR = struct.Struct(">II")
+
+
+def _kept_entries(data, span, extra):
+    """C{(chunks, count)}: the entries of the annotations map at C{span} whose keys are
+    not in C{extra}, as memoryview runs, and how many keys and values they hold; None
+    when the section's value is not a well-formed map."""
+    start, end = span
+    try:
+        _code, pos = _section_code(data, start)
+        constructor = data[pos]
+        if constructor == _MAP8:
+            count, pos = data[pos + 2], pos + 3
+        elif constructor == _MAP32:
+            count, pos = _U32_PAIR.unpack_from(data, pos + 1)[1], pos + 9
+        else:
+            return None
+        if count % 2 or count > end - pos:
+            return None
+        view = memoryview(data)
+        keys = _encoded_keys(extra)
+        chunks = []
+        run = pos        # start of the run of kept entries
+        kept = count
+        for _ in range(count // 2):
+            key_end = codec.skip(data, pos)
+            entry_end = codec.skip(data, key_end)
+            if entry_end > end:
+                return None
+            if _key_in(data, pos, key_end, keys):
+                if run < pos:
+                    chunks.append(view[run:pos])
+                run = entry_end
+                kept -= 2
+            pos = entry_end
+        if pos != end:
+            return None
+        if run < end:
+            chunks.append(view[run:end])
+        return chunks, kept
+    except (DecodeError, IndexError, struct.error):
+        return None
+
+
+def _key_in(data, pos, key_end, keys):
+    """Whether the encoded key at C{pos} is one of C{keys} (see L{_encoded_keys}).
+
+    Annotation keys are symbols or ulongs (Part 3 section 3.2.3); a symbol may come as
+    sym8 or sym32, so its text is compared. Nothing is decoded: a hostile key may be a
+    huge value, and this runs for every redelivery."""
+    symbols, others = keys
+    constructor = data[pos]
+    if constructor == _SYM8:
+        return bytes(data[pos + 2:key_end]) in symbols
+    if constructor == _SYM32:
+        return bytes(data[pos + 5:key_end]) in symbols
+    # Other keys (ulongs) are compared as we would encode them.
+    return bool(others) and bytes(data[pos:key_end]) in others
+
+
+def _encoded_keys(extra):
+    """C{(symbol texts, other keys encoded)} of C{extra}'s keys, for L{_key_in}."""
+    symbols, others = set(), set()
+    for key in extra:
+        if isinstance(key, Symbol):
+            symbols.add(key.encode("ascii"))
+        else:
+            others.add(codec.encode(key))
+    return symbols, others
 
 
 def _section_code(data, pos):

@@ -1,28 +1,26 @@
 """
-AMQP 1.0 connection services: the factory that gives an L{EngineProtocol} an AMQP engine
+AMQP 1.0 connection services: the factory that gives an L{mqgate.net.engine.EngineProtocol}
+an AMQP engine
 and its broker glue.
 
 The engine processes a bounded amount of a peer's frames per read (its frame budget);
-L{AmqpProtocol} stops reading a peer whose frames wait and processes them in the next
+L{mqgate.net.engine.EngineProtocol} stops reading a peer whose frames wait and processes them in the next
 reactor turn, after the other connections had theirs. One client pipelining a thousand
 attaches (each one a consumer or producer to create) thus costs others a few
 milliseconds per turn, not the whole burst at once.
 """
 
 from mqgate.amqp import conditions as c
-from mqgate.amqp.connection import Connection
+from mqgate.amqp.connection import SASL_AUTH, SASL_SYS_TEMP, Connection
 from mqgate.glue.amqp import AmqpBrokerSession
-from mqgate.net.engine import EngineFactory, EngineProtocol, Flusher
+from mqgate.net.engine import EngineFactory, Flusher
 
-__all__ = ["AmqpProtocol", "AmqpServerFactory", "Flusher"]
+__all__ = ["AmqpServerFactory", "Flusher"]
 
 #: Frames (an attach or begin counting 4) one read of one connection processes before
 #: the others are served: 128 transfers, or 32 attaches (each tens to hundreds of
 #: microseconds of work for the broker).
 FRAME_BUDGET = 128
-
-# Why the socket is paused (EngineProtocol's reasons): frames of the last read wait.
-_BACKLOG = "backlog"
 
 # The setting behind each engine limit, quoted to a client that passes one.
 _SETTING_NAMES = {
@@ -33,43 +31,8 @@ _SETTING_NAMES = {
 }
 
 
-class AmqpProtocol(EngineProtocol):
-    """An AMQP connection (see L{EngineProtocol}) that takes a peer's frames a budget
-    at a time: Twisted calls C{dataReceived}; when the engine is left C{backlogged},
-    the socket is paused and C{_go_on} (a C{callLater(0)}) processes the rest in the
-    next reactor turn, resuming the socket once nothing waits."""
-
-    _go_on_call = None
-
-    def process_inbound(self, data):
-        """Through the engine to the glue, then write the answer; come back for frames
-        left over."""
-        super().process_inbound(data)
-        engine = self.engine
-        if engine.backlogged and not engine.finished and self._go_on_call is None:
-            self._pause(_BACKLOG)
-            self._go_on_call = self.factory.clock.callLater(0, self._go_on)
-
-    def _go_on(self):
-        self._go_on_call = None
-        if self.engine is None or self.engine.finished or self.transport is None:
-            return
-        self.process_inbound(b"")
-        if not self.engine.backlogged:
-            self._resume(_BACKLOG)
-
-    def connectionLost(self, reason):
-        """The transport is gone: frames still waiting are dropped with it."""
-        if self._go_on_call is not None and self._go_on_call.active():
-            self._go_on_call.cancel()
-        self._go_on_call = None
-        super().connectionLost(reason)
-
-
 class AmqpServerFactory(EngineFactory):
     """Builds AMQP connections for one connection service."""
-
-    protocol = AmqpProtocol
 
     def __init__(self, *, settings, broker, authenticator, clock, flusher, glue_config,
                  container_id, allow_anonymous=True, header_timeout=None, egress=None):
@@ -106,9 +69,16 @@ class AmqpServerFactory(EngineFactory):
         return engine, glue
 
     def abandon(self, engine, why, description):
-        # Before the SASL exchange is over, nothing can be said (close drops the socket).
         condition = {"shutdown": c.CONNECTION_FORCED, "setup-timeout": c.UNAUTHORIZED_ACCESS,
                      }.get(why, c.RESOURCE_LIMIT_EXCEEDED)
+        if not engine.ready:
+            # A client still logging in hears it in the SASL exchange: "auth" when it
+            # never got its credentials to us in time, "sys-temp" when we did not
+            # finish with them (a slow check, a shutdown, no room): it may try again.
+            code = (SASL_AUTH if why == "setup-timeout" and not engine.authenticating
+                    else SASL_SYS_TEMP)
+            engine.end_login(code, description, condition)
+            return
         engine.close(condition, description)
         engine.finished = True
 

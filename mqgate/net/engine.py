@@ -21,6 +21,12 @@ blocked by a full destination (S2.7). Either side may pause the socket: it is re
 only when neither wants it paused (the reasons are kept in a set, so neither side's
 resume undoes the other's pause).
 
+Work per turn (S10.4): one reactor turn gives one connection's engine at most the
+factory's C{read_slice} bytes and its glue at most the factory's L{EventBudget} of
+events (the AMQP engine bounds its frames itself). What is left waits, in order, for
+the next turn, the socket paused meanwhile, so one peer's burst of pipelined frames
+costs the others a few milliseconds per turn, not the whole burst at once.
+
 Before login (S4.2) a connection holds a slot of the service's L{LoginSlots} (none left:
 it is refused at once, in its protocol's words where it can have any) and must be logged
 in within the factory's C{setup_timeout}; a connection the pool has no room for is told
@@ -29,7 +35,7 @@ so and dropped within a few seconds, its credentials never checked.
 
 import socket
 
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -39,15 +45,56 @@ from mqgate.glue.egress import EgressContext
 from mqgate.net.pool import RefusalGate
 from mqgate.security.guard import LogBudget
 
-__all__ = ["EngineProtocol", "EngineFactory", "Flusher"]
+__all__ = ["EngineProtocol", "EngineFactory", "EventBudget", "Flusher"]
 
 # Why a connection's socket is paused (EngineProtocol._pauses).
 _POOL = "pool"
 _FLOW = "flow-control"
+_BACKLOG = "backlog"    # work of the last read waits for the next reactor turn
 
 # Seconds a connection the pool refused has to hear why (an AMQP client needs its SASL
 # and header exchange first) before it is dropped without more words.
 REFUSAL_GRACE = 5.0
+
+#: Seconds a connection the broker closed goes on reading, and dropping, what its peer
+#: still sends before the socket is dropped. Closing a TCP socket with input unread makes
+#: the kernel send a reset, and a reset makes the peer's kernel throw away what it had
+#: not read yet: our close frame or ERROR, the one thing the peer needed to hear.
+CLOSE_GRACE = 2.0
+#: Bytes read and dropped in that grace at most; past them the socket is not read any
+#: more (the peer's writes wait in its buffers) until the grace ends, so that a peer
+#: sending as fast as it can costs the broker little.
+CLOSE_DRAIN = 1024 * 1024
+
+
+class EventBudget:
+    """How many of an engine's events one connection hands its glue per reactor turn.
+
+    An engine that parses a whole read into events at once (STOMP) would otherwise
+    have one peer's 64 KiB of pipelined frames acted on in one go, holding the reactor
+    from every other client for as long as that takes.
+
+    @ivar total: what one turn may spend.
+    @ivar costs: what an event costs, by its type (1 unless named: those that make the
+        broker build or tear down something, a consumer say, cost more).
+    """
+
+    def __init__(self, total, costs=None):
+        self.total = total
+        self.costs = dict(costs or {})
+        # Fewer events than this fit whatever they are: no need to look at each.
+        self._surely_fits = total // max(self.costs.values(), default=1)
+
+    def end(self, events, start):
+        """Where the turn that hands over C{events} from C{start} stops (exclusive)."""
+        n = len(events)
+        if n - start <= self._surely_fits:
+            return n
+        costs, spent, i = self.costs, 0, start
+        while i < n and spent < self.total:
+            spent += costs.get(type(events[i]), 1)
+            i += 1
+        return i
 
 
 class Flusher:
@@ -55,10 +102,9 @@ class Flusher:
 
     A producer's burst may route messages to many consumers on other connections; rather
     than one write (or one C{callLater}) per message, the consumers are marked and all of
-    them flushed together when the reactor comes round.
+    them flushed together when the reactor comes round. One connection's failure never
+    costs the others their turn (an L{EngineProtocol} keeps its own to itself).
     """
-
-    log = Logger()
 
     def __init__(self, clock):
         self._clock = clock
@@ -75,14 +121,9 @@ class Flusher:
         pending, self._pending = self._pending, {}
         for protocol in pending:
             try:
-                protocol.flush()
+                protocol.flush()   # an EngineProtocol's guards itself; this is for others
             except Exception:
-                # One connection's failure must not cost the others their turn
-                # (S10.4); its state can no longer be trusted, so it is dropped, which
-                # gives everything it held back to the queues.
-                self.log.failure("flushing the connection of {peer} failed; dropping it",
-                                 peer=getattr(protocol, "peer", "?"))
-                _drop(protocol)
+                _flush_failed(protocol)
 
     def stop(self):
         if self._call is not None and self._call.active():
@@ -90,15 +131,22 @@ class Flusher:
         self._call = None
 
 
-def _drop(protocol):
+_log = Logger()
+
+
+def _flush_failed(protocol):
+    """A connection failed to write out (S10.4): log it with its peer and drop it, which
+    gives everything it held back to the queues; the exception goes no further, so the
+    reactor and the other connections never see it."""
+    peer = getattr(protocol, "peer", "?")
+    _log.failure("writing to the connection of {peer} failed; dropping it", peer=peer)
     transport = getattr(protocol, "transport", None)
     if transport is None:
         return
     try:
         transport.abortConnection()
     except Exception:
-        Flusher.log.failure("dropping the connection of {peer}",
-                            peer=getattr(protocol, "peer", "?"))
+        _log.failure("dropping the connection of {peer}", peer=peer)
 
 
 @implementer(IPushProducer)
@@ -127,6 +175,15 @@ class EngineProtocol(Protocol):
         self._login_slot = None  # our place among the unauthenticated (LoginSlots)
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
         self._writing_paused = False   # the transport's send buffer is full (S9.3)
+        self._broken = False    # a flush failed: the connection is being dropped
+        self._held_events = None   # events read and not yet handed to the glue, or None
+        self._held_from = 0        # the first of them not handed over yet
+        self._unread = bytearray()  # bytes received and not yet given to the engine
+        self._go_on_call = None    # the next turn's work on what earlier reads left
+        self._closing = False      # goodbye written, our side closed: input is dropped
+        self._grace_call = None    # drops the socket at the end of CLOSE_GRACE
+        self._drained = 0          # bytes dropped since, up to CLOSE_DRAIN
+        self._drain_stopped = False
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -170,15 +227,85 @@ class EngineProtocol(Protocol):
 
     def dataReceived(self, data):
         """Bytes from the peer: now (dedicated) or in the distributor's turn (shared)."""
+        if self._closing:
+            # Said goodbye: what the peer still sends is read only to be dropped.
+            self._drained += len(data)
+            if self._drained > CLOSE_DRAIN and not self._drain_stopped:
+                self._drain_stopped = True
+                self.transport.pauseProducing()
+            return
         if self._lane is not None:
             self._lane.received(data)
         else:
             self.process_inbound(data)
 
     def process_inbound(self, data):
-        """Through the engine to the glue, then write the answer."""
-        self.glue.handle(self.engine.receive_data(data))
+        """Through the engine to the glue, then write the answer.
+
+        One reactor turn does a bounded amount of a connection's work (S10.4): at most
+        the factory's C{read_slice} bytes go to the engine, and of the events they make
+        at most the factory's L{EventBudget} goes to the glue (an AMQP engine bounds
+        its frames itself and keeps the rest, C{backlogged}). Whatever is left waits,
+        in order, for the next turn, after the other connections had theirs; the socket
+        is paused meanwhile, and bytes that still come (from the pool) wait behind it."""
+        if self._go_on_call is not None:
+            self._unread += data
+            return
+        self._take_in(data)
+
+    def _take_in(self, data):
+        limit = self.factory.read_slice
+        if limit is not None and len(data) > limit:
+            self._unread += memoryview(data)[limit:]
+            data = data[:limit]
+        self._hand_over(self.engine.receive_data(data), 0)
         self.flush()
+        self._come_back_for_the_rest()
+
+    def _hand_over(self, events, start):
+        """Give the glue C{events} from C{start}, as many as the budget allows; keep
+        the rest for the next turn."""
+        budget = self.factory.event_budget
+        end = len(events) if budget is None else budget.end(events, start)
+        if end < len(events):
+            self._held_events, self._held_from = events, end
+        if start == 0 and end == len(events):
+            self.glue.handle(events)
+        elif start < end:
+            self.glue.handle(events[start:end])
+
+    def _come_back_for_the_rest(self):
+        engine = self.engine
+        if engine.finished:
+            # Nothing more will be acted on: let go of what waits now.
+            self._held_events = None
+            self._unread = bytearray()
+            return
+        if self._go_on_call is None and (self._held_events is not None or self._unread
+                                         or getattr(engine, "backlogged", False)):
+            self._pause(_BACKLOG)
+            self._go_on_call = self.factory.clock.callLater(0, self._go_on)
+
+    def _go_on(self):
+        """The next turn's share of what earlier reads left: events first, then the
+        bytes not given to the engine yet (or the frames it kept)."""
+        self._go_on_call = None
+        if self.engine is None or self.engine.finished:
+            return
+        held = self._held_events
+        if held is not None:
+            self._held_events = None
+            self._hand_over(held, self._held_from)
+            self.flush()
+            self._come_back_for_the_rest()
+        else:
+            unread = self._unread
+            limit = self.factory.read_slice or len(unread)
+            data = bytes(unread[:limit])
+            del unread[:limit]
+            self._take_in(data)
+        if self._go_on_call is None:
+            self._resume(_BACKLOG)
 
     def pause_inbound(self):
         """Stop reading the socket (the pool's back-pressure, S1.6)."""
@@ -216,7 +343,8 @@ class EngineProtocol(Protocol):
     def _gone(self):
         # A transport that is closing takes no more pause/resume (StringTransport even
         # raises): nothing will be read from it anyway.
-        return self.transport is None or getattr(self.transport, "disconnecting", False)
+        return (self.transport is None or self._closing
+                or getattr(self.transport, "disconnecting", False))
 
     # -- the service's thread pool (S1.6) ------------------------------------------------
 
@@ -276,9 +404,23 @@ class EngineProtocol(Protocol):
         self.factory.flusher.mark(self)
 
     def flush(self):
-        """Write what the engine has to say; drop the transport when it is finished."""
+        """Write what the engine has to say; drop the transport when it is finished.
+
+        Whoever calls (the Flusher, a read, a timer, the transport's resume), an
+        exception here is this connection's alone (S10.4): it is logged with the peer
+        and the connection dropped, which gives everything it held back to the queues,
+        and nothing escapes into the reactor or the other connections' turn."""
+        if self._broken:
+            return
+        try:
+            self._write_out()
+        except Exception:
+            self._broken = True   # its state can no longer be trusted
+            _flush_failed(self)
+
+    def _write_out(self):
         engine = self.engine
-        if engine is None:
+        if engine is None or self._closing:
             return
         egress = self.glue.egress
         out = engine.data_to_send()
@@ -315,13 +457,50 @@ class EngineProtocol(Protocol):
                 # our goodbye could hold the connection for ever (S9.4, S9.6).
                 self.transport.abortConnection()
             else:
-                self.transport.loseConnection()
+                self._close_after_goodbye()
+
+    def _close_after_goodbye(self):
+        """Close our side once the goodbye is written, then read and drop what the peer
+        still sends (up to L{CLOSE_DRAIN} bytes) for L{CLOSE_GRACE} seconds before
+        dropping the socket (see there), so that a peer that keeps sending still gets
+        to read why it was closed.
+
+        A transport that cannot close one side is closed as a whole, and so is TLS:
+        a TCP connection running TLS has the method, but it would close the socket's
+        side under TLS without its close_notify (clients fail on "unexpected eof")."""
+        transport = self.transport
+        close_our_side = getattr(transport, "loseWriteConnection", None)
+        if close_our_side is None or ISSLTransport.providedBy(transport):
+            transport.loseConnection()
+            return
+        self._closing = True
+        # A peer dropped at its login deadline is not logging in any more: its place
+        # among the unauthenticated goes to the next client now, not after the grace.
+        self._release_login_slot()
+        if self._pauses:
+            # Paused for the pool, flow control or a backlog: none of it matters now,
+            # and input must be read for the socket to close without a reset.
+            self._pauses.clear()
+            transport.resumeProducing()
+        close_our_side()
+        self._grace_call = self.factory.clock.callLater(CLOSE_GRACE, self._end_grace)
+
+    def _end_grace(self):
+        self._grace_call = None
+        self.transport.abortConnection()
 
     def connectionLost(self, reason):
         """The transport is gone: everything unsettled goes back to its queue."""
         self.factory.connections.discard(self)
         self._release_login_slot()
         self._cancel_tick()
+        if self._go_on_call is not None and self._go_on_call.active():
+            self._go_on_call.cancel()    # what still waits goes with the connection
+        self._go_on_call = self._held_events = None
+        self._unread = bytearray()
+        if self._grace_call is not None and self._grace_call.active():
+            self._grace_call.cancel()
+        self._grace_call = None
         self._leave_pool()  # processes what was received and not yet processed
         if self.engine is not None:
             self.engine.connection_lost()
@@ -421,6 +600,8 @@ class EngineFactory(Factory):
     protocol = EngineProtocol
     pool = None
     login_slots = None  # the service's LoginSlots (S4.2), or None: no limit
+    event_budget = None  # an EventBudget, or None: the engine bounds its own work
+    read_slice = None   # bytes given to the engine per turn, or None: a whole read
     speaks_first = False  # whether the protocol may send its error before the peer spoke
     noisy = False  # ConnectionService logs one line per service; per-connection is noise
 

@@ -5,11 +5,23 @@ its broker glue (S10.2).
 
 from mqgate import __version__
 from mqgate.glue.stomp import StompBrokerSession
-from mqgate.net.engine import EngineFactory
+from mqgate.net.engine import EngineFactory, EventBudget
 from mqgate.stomp.connection import DEFAULT_UNAUTHENTICATED_BYTES, StompConnection
+from mqgate.stomp.events import Abort, Commit, Subscribe, Unsubscribe
 from mqgate.stomp.frames import FrameLimits
 
-__all__ = ["StompServerFactory"]
+__all__ = ["StompServerFactory", "EVENT_BUDGET", "READ_SLICE"]
+
+#: Frames of one connection acted on per reactor turn (S10.4). 64 KiB of small SENDs
+#: are two thousand frames, tens of milliseconds of broker work that every other client
+#: would wait for; 128 SENDs take a few. A SUBSCRIBE or UNSUBSCRIBE makes or ends a
+#: subscription (about eight SENDs' worth of work: 16 a turn); a COMMIT or ABORT
+#: settles a transaction's frames, counted as four.
+EVENT_BUDGET = EventBudget(128, {Subscribe: 8, Unsubscribe: 8, Commit: 4, Abort: 4})
+#: Bytes of one connection the engine parses per reactor turn: the engine parses all it
+#: is given at once, and 64 KiB of tiny frames (two thousand) take it tens of
+#: milliseconds; 8 KiB take it a few, about what the glue spends on 128 SENDs.
+READ_SLICE = 8 * 1024
 
 
 class StompServerFactory(EngineFactory):
@@ -17,6 +29,8 @@ class StompServerFactory(EngineFactory):
 
     # A STOMP server may send ERROR at any time: a refused client hears why at once.
     speaks_first = True
+    event_budget = EVENT_BUDGET
+    read_slice = READ_SLICE
 
     def __init__(self, *, broker, authenticator, clock, flusher, glue_config,
                  setup_timeout, heartbeat=(10000, 10000), egress=None,

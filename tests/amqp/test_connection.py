@@ -91,6 +91,33 @@ def test_sasl_anonymous():
     assert pair.server.authenticated == "ANONYMOUS"
 
 
+def test_end_login_while_the_check_is_pending_gives_the_outcome_and_finishes():
+    """S4.2 (Part 5 section 5.3.3.6): end_login during a pending check writes a SASL
+    outcome with the code and the description as additional data; the client sees the
+    failure, and a late answer to the check writes nothing."""
+    pair = EnginePair()
+    pair.pump()
+    assert pair.server.authenticating
+    assert pair.server.end_login(4, "too slow", "amqp:unauthorized-access") is True
+    assert pair.server.finished and not pair.server.authenticating
+    _, client_events = pair.pump()
+    assert client_events == [SaslCompleted(False, 4)]
+    (outcome,) = performatives_of(decode_stream(bytes(pair.to_client)), SaslOutcome)
+    assert outcome.additional_data == b"too slow"
+    assert pair.server.sasl_outcome(True) == [] and pair.server.data_to_send() == b""
+
+
+def test_end_login_between_sasl_and_the_amqp_header_says_nothing():
+    """S4.2: after a SASL success, before the client's AMQP header, no frame can be read
+    by the client: end_login only finishes the connection and says so."""
+    pair = EnginePair()
+    pair.pump()
+    pair.server.sasl_outcome(True)
+    pair.server.data_to_send()
+    assert pair.server.end_login(1, "late", "amqp:unauthorized-access") is False
+    assert pair.server.finished and pair.server.data_to_send() == b""
+
+
 def test_sasl_hostname_is_reported():
     """S10.1 (Part 5 section 5.3.3.2): the hostname of the sasl-init reaches the server."""
     pair = EnginePair(client_kwargs={"hostname": "vhost.example"})

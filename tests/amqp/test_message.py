@@ -314,6 +314,100 @@ def test_malformed_maps_read_as_empty_and_the_message_goes_on_unchanged():
     assert message.message_annotations == {}
     assert message.application_properties == {}
     assert b"".join(message.for_delivery()) == bad
-    flagged = parse_message(b"".join(message.for_delivery(
-        annotations={Symbol("x-opt-discard-indication"): True})))
-    assert flagged.message_annotations == {Symbol("x-opt-discard-indication"): True}
+    flagged = b"".join(bytes(c) for c in message.for_delivery(
+        annotations={Symbol("x-opt-discard-indication"): True}))
+    # The client's entry is carried over as it came (never decoded), the flag after it.
+    span = parse_message(flagged).annotations
+    assert flagged[span[0]:span[1]] == (
+        b"\x00\x53\x72" + _map8(b"\xa3\x07x-opt-k\xa1\x02\xff\xfe"
+                           + codec.encode(Symbol("x-opt-discard-indication"))
+                           + codec.encode(True), 4))
+
+
+def _map8(body, count):
+    return bytes((0xC1, len(body) + 1, count)) + body
+
+
+# An annotations map holding an array of described values, as a client may send it:
+# the codec reads it, but could not write it again.
+_DESCRIBED_ARRAY = (bytes((0xE0, 1 + 3 + 1 + 8, 2, 0x00, 0x53, 0x10, 0x71))
+                    + (1).to_bytes(4, "big") + (2).to_bytes(4, "big"))
+_DISCARD = {Symbol("x-opt-discard-indication"): True}
+
+
+def test_annotations_with_described_array_take_the_discard_indication():
+    """S9.2, S10.4: annotations holding an array of described values (which the broker
+    could not encode again) still take the discard indication and a new delivery count;
+    the client's entry goes out byte for byte."""
+    entry = b"\xa3\x05x-opt" + _DESCRIBED_ARRAY
+    data = b"\x00\x53\x72" + _map8(entry, 2) + encode_message(b"hi")
+    message = parse_message(data)
+    out = joined(message.for_delivery(delivery_count=3, annotations=_DISCARD))
+    again = parse_message(out)
+    assert again.header.delivery_count == 3
+    assert entry in out
+    annotations = again.message_annotations
+    assert annotations[Symbol("x-opt-discard-indication")] is True
+    assert [v.value for v in annotations[Symbol("x-opt")]] == [1, 2]
+    assert again.body_sections() == [(DATA, b"hi")]
+
+
+def test_added_annotation_replaces_a_sym32_key_and_keeps_the_rest_in_order():
+    """S9.2: an entry of the same key is replaced whichever symbol encoding the client
+    used (here sym32), the entries around it stay as they came, in order."""
+    key32 = b"\xb3" + len(b"x-opt-discard-indication").to_bytes(4, "big") + \
+        b"x-opt-discard-indication"
+    first, last = b"\xa3\x03x-a\x54\x01", b"\xa3\x03x-b\x54\x02"
+    entries = first + key32 + b"\x42" + last
+    data = b"\x00\x53\x72" + _map8(entries, 6) + encode_message(b"x")
+    out = joined(parse_message(data).for_delivery(annotations=_DISCARD))
+    annotations = parse_message(out).message_annotations
+    assert list(annotations.items()) == [
+        (Symbol("x-a"), 1), (Symbol("x-b"), 2), (Symbol("x-opt-discard-indication"), True)]
+    assert first + last in out
+
+
+def test_added_annotations_leave_a_huge_key_alone_and_replace_a_ulong_key():
+    """S9.2, S10.4: a key that is neither a symbol nor ours (here a 100,000-entry list) is
+    carried over as it came, never decoded; a ulong key of ours replaces the client's."""
+    huge = codec.encode(list(range(100_000)))
+    entries = huge + b"\x41" + codec.encode(ULong(7)) + b"\xa1\x03old"
+    data = b"\x00\x53\x72" + b"\xd1" + (len(entries) + 4).to_bytes(4, "big") + \
+        (4).to_bytes(4, "big") + entries + encode_message(b"x")
+    out = joined(parse_message(data).for_delivery(annotations={ULong(7): "new"}))
+    assert huge + b"\x41" in out and b"old" not in out
+    again = parse_message(out)
+    start, end = again.annotations
+    value = out[start + 3:end]
+    assert value[0] == 0xD1 and int.from_bytes(value[5:9], "big") == 4   # two entries
+    assert value.endswith(codec.encode(ULong(7)) + codec.encode("new"))
+
+
+def test_annotations_grow_from_map8_to_map32():
+    """S9.2: an added entry that takes the map past 255 bytes switches it to map32."""
+    data = encode_message(b"x", message_annotations={Symbol("x-opt-a"): "v" * 240})
+    out = joined(parse_message(data).for_delivery(
+        annotations={Symbol("x-opt-discard-indication"): "w" * 20}))
+    assert parse_message(out).message_annotations == {
+        Symbol("x-opt-a"): "v" * 240, Symbol("x-opt-discard-indication"): "w" * 20}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.binary(max_size=40), st.integers(0, 6), st.booleans())
+def test_property_any_accepted_annotations_take_an_added_entry(body, count, wide):
+    """S10.4: whatever annotations section the arrival parse accepts, adding the discard
+    indication raises nothing and leaves a message that parses again with the bare
+    message unchanged."""
+    if wide:
+        value = b"\xd1" + (len(body) + 4).to_bytes(4, "big") + count.to_bytes(4, "big") + body
+    else:
+        value = bytes((0xC1, len(body) + 1, count)) + body
+    data = b"\x00\x53\x72" + value + encode_message(b"tail")
+    try:
+        message = parse_message(data)
+    except DecodeError:
+        return
+    out = joined(message.for_delivery(delivery_count=1, annotations=_DISCARD))
+    again = parse_message(out)
+    assert out[again.bare_start:] == data[message.bare_start:]
+    assert again.message_annotations.get(Symbol("x-opt-discard-indication"), True) is True

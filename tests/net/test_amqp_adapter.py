@@ -16,7 +16,7 @@ from twisted.python.failure import Failure
 from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import Connection
 from mqgate.amqp.events import ConnectionOpened, MessageReceived, SaslCompleted
-from mqgate.amqp.frames import AMQP_HEADER, EMPTY_FRAME
+from mqgate.amqp.frames import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER
 from mqgate.amqp.message import Properties, encode_message, parse_message
 from mqgate.amqp.performatives import (
     RECEIVER, SENDER, Accepted, Attach, Close, Detach, Disposition, Open, SaslOutcome,
@@ -435,6 +435,73 @@ def test_header_without_open_gets_a_close_at_the_setup_deadline(tmp_path):
     assert [type(p) for p in peer.performatives(since=mark)] == [Open, Close]
     error = closes(peer, mark)[0].error
     assert error.condition == c.UNAUTHORIZED_ACCESS and "not logged in" in error.description
+    assert peer.transport.disconnecting
+
+
+def _deadline_harness(tmp_path):
+    return Harness(tmp_path, {"mqgate.authentication.client.response.timeout": "5"})
+
+
+def test_a_client_without_sasl_init_hears_auth_at_the_login_deadline(tmp_path):
+    """A client that sent its SASL header and never its credentials gets a SASL outcome
+    "auth" saying it was not logged in in time, at the login deadline, and is dropped
+    (S4.2; Part 5 section 5.3.3.6)."""
+    h = _deadline_harness(tmp_path)
+    peer = h.connect()
+    peer.protocol.dataReceived(SASL_HEADER)
+    mark = len(peer.transport.value())
+    h.clock.advance(5)
+    outcomes = decode_stream(peer.transport.value()[mark:])
+    assert [o.code for o in performatives_of(outcomes, SaslOutcome)] == [1]
+    assert b"not logged in" in performatives_of(outcomes, SaslOutcome)[0].additional_data
+    assert peer.transport.disconnecting
+
+
+def test_a_client_whose_check_is_pending_hears_sys_temp_at_the_login_deadline(tmp_path):
+    """A client whose password check has not answered by the login deadline gets a SASL
+    outcome "sys-temp" (the broker did not finish; it may try again), and the late
+    answer writes nothing more (S4.2)."""
+    h = _deadline_harness(tmp_path)
+    peer = h.connect()
+    peer.pump()
+    assert h.authenticator.requests
+    mark = len(peer.written)
+    h.clock.advance(5)
+    peer.collect()
+    (outcome,) = peer.performatives(SaslOutcome, mark)
+    assert outcome.code == 4 and b"not logged in" in outcome.additional_data
+    assert [e.ok for e in peer.events if isinstance(e, SaslCompleted)] == [False]
+    assert peer.transport.disconnecting
+    h.authenticator.succeed_all()
+    h.clock.advance(0)
+    assert peer.transport.value() == b""
+
+
+def test_an_anonymous_client_without_sasl_hears_a_close_at_the_login_deadline(tmp_path):
+    """A client that came without SASL (its anonymous login still being checked) gets
+    our header, an open and a close with amqp:unauthorized-access at the deadline."""
+    h = _deadline_harness(tmp_path)
+    peer = h.connect(credentials=None)
+    peer.pump()
+    assert h.authenticator.requests == [(None, h.authenticator.requests[0][1])]
+    h.clock.advance(5)
+    peer.collect()
+    assert [type(p) for p in peer.performatives()] == [Open, Close]
+    error = closes(peer)[0].error
+    assert error.condition == c.UNAUTHORIZED_ACCESS and "not logged in" in error.description
+    assert peer.transport.disconnecting
+
+
+def test_shutdown_during_sasl_says_sys_temp(harness):
+    """A broker shutting down while a client's password is checked tells it with a SASL
+    outcome "sys-temp" naming the shutdown (S0.4)."""
+    peer = harness.connect()
+    peer.pump()
+    mark = len(peer.written)
+    harness.factory.shutdown()
+    peer.collect()
+    (outcome,) = peer.performatives(SaslOutcome, mark)
+    assert outcome.code == 4 and b"shutting down" in outcome.additional_data
     assert peer.transport.disconnecting
 
 
