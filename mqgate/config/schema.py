@@ -415,7 +415,7 @@ KEYS = (
         "What a bare address name (no queue:// or topic://) means (S2.1)."),
     Key("mqgate.message.max_size", Size(), "70m",
         "Largest single message accepted, in bytes (S2.2)."),
-    # -- broker-wide limits and names (S2.1, S2.2, S2.5; issue 10) ----------------------
+    # -- broker-wide limits and names (S2.1, S2.2, S2.5; docs/limits.md) -------------------
     Key("mqgate.system.max_count", Int(-1), "-1",
         "Messages the broker holds (waiting or unacknowledged, once per queue or "
         "subscription holding them); past it, new messages are refused with "
@@ -568,7 +568,7 @@ KEYS = (
         "While the message store cannot write (a full disk, an I/O error, the database "
         "server gone), seconds between its attempts to write again; persistent "
         "messages are refused meanwhile and accepted again as soon as one works."),
-    # -- what one connection may have waiting for the store (S2.7; issue 10) --
+    # -- what one connection may have waiting for the store (S2.7; docs/limits.md) --
     Key("mqgate.persist.max_unstored_messages", Int(1, 1000000), "1000",
         "Messages one connection's producers may have waiting for the store (persistent "
         "messages not yet written, and those sent after them); past it the broker stops "

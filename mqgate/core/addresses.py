@@ -136,7 +136,7 @@ def topic_matches(pattern, name):
     levels. Wildcards only count as whole levels: C{a*} is a literal level.
 
     The cost is at most proportional to (pattern levels) x (name levels), whatever the
-    number of C{#}: a pattern cannot make the broker search (issue 10).
+    number of C{#}: a pattern cannot make the broker search.
     """
     if pattern == name:
         return True

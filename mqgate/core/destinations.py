@@ -774,7 +774,7 @@ class SubscriptionIndex:
     lazily when the generation moved, so publishing never matches patterns. A topic
     that fell only a few changes behind matches just the subscriptions those changes
     added (L{changes_since}): a client making and dropping subscriptions over and over
-    then costs each publish a match or two, not one per subscription (issue 10).
+    then costs each publish a match or two, not one per subscription.
     """
 
     __slots__ = ("gen", "_queues", "_log")

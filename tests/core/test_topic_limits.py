@@ -1,5 +1,5 @@
 """Topic matching that cannot stall the broker, and the limits on names and patterns
-(S2.1, issue 10): matching costs at most pattern levels x name levels, and a name or
+(S2.1): matching costs at most pattern levels x name levels, and a name or
 pattern past C{mqgate.destination.max_name_length} or C{mqgate.topic.max_levels} is
 refused when it is first used, with an error naming the setting."""
 

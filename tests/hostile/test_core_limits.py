@@ -1,4 +1,4 @@
-"""Hostile clients against the broker core's limits, on the real broker (issue 10).
+"""Hostile clients against the broker core's limits, on the real broker (S2.1, S2.2, S2.5).
 
 - nested wildcard subscriptions and deep topic names: matching is linear and names are
   bounded (S2.1), so a guest's pathological pattern and a message to a deep topic leave

@@ -1,6 +1,6 @@
 """
-A full disk under a running broker (S3.6, issue 10: "a full disk is a normal operating
-condition: test it").
+A full disk under a running broker (S3.6: a full disk is a normal operating
+condition, and tested as one).
 
 The broker's store directory (the file store's, or SQLite's) is a small tmpfs mounted
 for the test. A producer sends numbered persistent messages over mqgate's own AMQP

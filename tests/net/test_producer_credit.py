@@ -1,4 +1,4 @@
-"""Producers near a FLOW_CONTROL limit (S2.3, S2.7, issue 10): an AMQP producer that
+"""Producers near a FLOW_CONTROL limit (S2.3, S2.7): an AMQP producer that
 sends all the credit it holds before reading anything, as a fast client does, carries
 its queue past the limit by at most a message or so, not by its whole credit; a burst
 of STOMP SENDs read at once stops at the one that fills the queue.

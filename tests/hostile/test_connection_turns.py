@@ -1,4 +1,4 @@
-"""Hostile end-to-end tests of the connection adapter's follow-ups of issue 10 (S10.4):
+"""Hostile end-to-end tests of how a connection is served and let go (S10.4):
 a peer that keeps sending after the broker closed it still reads why; a flood of
 pipelined STOMP frames costs other clients a turn at a time; an AMQP client stalled in
 SASL hears its outcome at the login deadline. Raw sockets against a twistd broker."""

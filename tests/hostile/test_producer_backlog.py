@@ -1,5 +1,5 @@
-"""Hostile producers against what the core holds for them, on the real broker (issue
-10, follow-ups):
+"""Hostile producers against what the core holds for them, on the real broker (S2.2,
+S2.7):
 
 - an at-most-once (pre-settled) AMQP producer that keeps sending into a broker that
   refuses its messages (C{mqgate.system.max_count}) is told the only way AMQP allows:
