@@ -7,26 +7,7 @@ import socket
 import time
 
 from tests.hostile.probe import wait_until
-
-
-def _read_until_closed(sock, timeout):
-    """What the broker writes until it closes the socket; a reset ends it as well.
-
-    @return: C{(data, how)}, how in "eof", "reset", "timeout"."""
-    sock.settimeout(0.2)
-    deadline = time.monotonic() + timeout
-    data = b""
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            continue
-        except ConnectionError:
-            return data, "reset"
-        if not chunk:
-            return data, "eof"
-        data += chunk
-    return data, "timeout"
+from tests.hostile.sockets import read_until_closed
 
 
 def _header(frame, name):
@@ -53,7 +34,7 @@ def test_a_stomp_peer_that_keeps_sending_still_reads_its_error(broker):
         sock = socket.create_connection(broker.address("stomp"), timeout=5)
         try:
             sock.sendall(_HUGE_SEND + b"x" * (3 * 1024 * 1024))
-            data, how = _read_until_closed(sock, 10)
+            data, how = read_until_closed(sock, 10)
             outcome = (attempt, how, data[:60])
             assert data.startswith(b"ERROR\n"), outcome
             assert _header(data, b"message") in ("too much data before CONNECTED",
@@ -138,7 +119,7 @@ def test_an_amqp_client_stalled_in_sasl_hears_the_outcome_at_the_deadline(broker
     try:
         opened = time.monotonic()
         sock.sendall(b"AMQP\x03\x01\x00\x00")
-        data, how = _read_until_closed(sock, 6)
+        data, how = read_until_closed(sock, 6)
         took = time.monotonic() - opened
     finally:
         sock.close()

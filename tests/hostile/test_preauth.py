@@ -10,6 +10,7 @@ import pytest
 
 from tests.e2e.engine_client import EngineClient
 from tests.hostile.probe import broker_rss, wait_until
+from tests.hostile.sockets import read_until_closed as read_until_end
 
 MB = 1024 * 1024
 BODY = 32 * MB
@@ -23,20 +24,8 @@ def read_until_closed(sock, timeout):
     """Everything the broker writes until it closes the socket (or C{timeout} passes).
 
     @return: C{(data, closed)}; a reset counts as closed."""
-    sock.settimeout(0.2)
-    deadline = time.monotonic() + timeout
-    data = b""
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            continue
-        except ConnectionError:
-            return data, True
-        if not chunk:
-            return data, True
-        data += chunk
-    return data, False
+    data, how = read_until_end(sock, timeout)
+    return data, how != "timeout"
 
 
 def error_message(data):
