@@ -69,19 +69,7 @@ def test_a_password_guessing_flood_is_slowed_and_harms_no_one(broker, probe):
 
 def stomp_answer(address, login, passcode, source):
     """One STOMP CONNECT from C{source}; return the whole answer frame."""
-    sock = socket.create_connection(address, timeout=30, source_address=(source, 0))
-    try:
-        sock.sendall(f"CONNECT\naccept-version:1.2\nhost:h\nlogin:{login}\n"
-                     f"passcode:{passcode}\n\n\x00".encode())
-        data = b""
-        while b"\x00" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        return data
-    finally:
-        sock.close()
+    return stomp_login(address, login, passcode, source)[0]
 
 
 def test_checks_past_the_bound_are_refused_as_busy(broker_factory, probe):
