@@ -661,8 +661,9 @@ class FileStore:
         for item in destinations:
             ledger.destinations[(item["kind"], item["name"])] = item.get("attributes", {})
         for item in durables:
+            # An item written before durables had owners has no "owner" key.
             ledger.durables[(item["container_id"], item["name"])] = (
-                item["topic"], item["selector"])
+                item["topic"], item["selector"], item.get("owner"))
         recovered = ledger.recovered_skeleton()
         recovered.warnings = warnings
         for dest, held in replay.live.items():
@@ -770,13 +771,13 @@ class FileStore:
         return d
 
     @guarded
-    def add_durable(self, container_id, name, topic, selector):
-        """Store a durable subscription (durables.json)."""
-        if not self._ledger.add_durable(container_id, name, topic, selector):
+    def add_durable(self, container_id, name, topic, selector, owner=None):
+        """Store a durable subscription (durables.json), with its owner's name."""
+        if not self._ledger.add_durable(container_id, name, topic, selector, owner):
             return defer.succeed(None)
         return self._queue.submit(_CatalogChange("durables", {
             "container_id": container_id, "name": name, "topic": topic,
-            "selector": selector}))
+            "selector": selector, "owner": owner}))
 
     @guarded
     def remove_durable(self, container_id, name):

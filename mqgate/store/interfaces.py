@@ -182,12 +182,17 @@ class StoredDestination:
 
 @dataclass(frozen=True)
 class StoredDurable:
-    """A durable subscription as C{add_durable} stored it."""
+    """A durable subscription as C{add_durable} stored it.
+
+    @ivar owner: the name of the user it belongs to, or C{None} when it was stored by
+        a version of mqgate that did not record owners.
+    """
 
     container_id: str
     name: str
     topic: str
     selector: object = None
+    owner: object = None
 
 
 @dataclass(frozen=True)
@@ -265,8 +270,9 @@ class IMessageStore(Interface):
     def remove_destination(kind, name):
         """Forget a destination and every message under C{destination_key(kind, name)}."""
 
-    def add_durable(container_id, name, topic, selector):
-        """Store (or replace) a durable subscription."""
+    def add_durable(container_id, name, topic, selector, owner=None):
+        """Store (or replace) a durable subscription, with the name of the user it
+        belongs to (C{None}: unknown; ownership, issue 11)."""
 
     def remove_durable(container_id, name):
         """Forget a durable subscription and its backlog (C{durable_key(...)})."""

@@ -47,7 +47,8 @@ class Ledger:
     @ivar messages: destination key -> {message_id: value}, in insertion order.
     @ivar txns: txn id -> L{Txn}.
     @ivar destinations: C{(kind, name)} -> attributes, in creation order.
-    @ivar durables: C{(container_id, name)} -> C{(topic, selector)}.
+    @ivar durables: C{(container_id, name)} -> C{(topic, selector, owner)}; owner is
+        C{None} for a subscription stored before durables had owners.
     """
 
     def __init__(self):
@@ -200,11 +201,11 @@ class Ledger:
         self.destinations[(kind, name)] = attributes
         return True
 
-    def add_durable(self, container_id, name, topic, selector):
+    def add_durable(self, container_id, name, topic, selector, owner=None):
         """Store a durable subscription; return whether anything changed."""
-        if self.durables.get((container_id, name)) == (topic, selector):
+        if self.durables.get((container_id, name)) == (topic, selector, owner):
             return False
-        self.durables[(container_id, name)] = (topic, selector)
+        self.durables[(container_id, name)] = (topic, selector, owner)
         return True
 
     def recovered_skeleton(self):
@@ -212,8 +213,8 @@ class Ledger:
         return Recovered(
             destinations=[StoredDestination(k, n, dict(a))
                           for (k, n), a in self.destinations.items()],
-            durables=[StoredDurable(c, n, t, s)
-                      for (c, n), (t, s) in self.durables.items()],
+            durables=[StoredDurable(c, n, t, s, o)
+                      for (c, n), (t, s, o) in self.durables.items()],
             max_message_id=self.max_message_id)
 
     def insert(self, destination, message_id, value):
@@ -327,9 +328,9 @@ class MemoryStore:
         self._ledger.drop(destination_key(kind, name))
 
     @_deferred
-    def add_durable(self, container_id, name, topic, selector):
+    def add_durable(self, container_id, name, topic, selector, owner=None):
         """Store a durable subscription."""
-        self._ledger.add_durable(container_id, name, topic, selector)
+        self._ledger.add_durable(container_id, name, topic, selector, owner)
 
     @_deferred
     def remove_durable(self, container_id, name):

@@ -230,10 +230,11 @@ class _Statements:
             f"UPDATE {dst} SET ATTRIBUTES = ? WHERE KIND = ? AND NAME = ?")
         self.delete_destination = q(f"DELETE FROM {dst} WHERE KIND = ? AND NAME = ?")
         self.insert_durable = q(
-            f"INSERT INTO {con} (SEQ, CONTAINER_ID, NAME, TOPIC, SELECTOR) "
-            "VALUES (?, ?, ?, ?, ?)")
+            f"INSERT INTO {con} (SEQ, CONTAINER_ID, NAME, TOPIC, SELECTOR, OWNER) "
+            "VALUES (?, ?, ?, ?, ?, ?)")
         self.update_durable = q(
-            f"UPDATE {con} SET TOPIC = ?, SELECTOR = ? WHERE CONTAINER_ID = ? AND NAME = ?")
+            f"UPDATE {con} SET TOPIC = ?, SELECTOR = ?, OWNER = ? "
+            "WHERE CONTAINER_ID = ? AND NAME = ?")
         self.delete_durable = q(f"DELETE FROM {con} WHERE CONTAINER_ID = ? AND NAME = ?")
         self.insert_txn = q(f"INSERT INTO {txn} (SEQ, TXN_ID) VALUES (?, ?)")
         self.delete_txn = q(f"DELETE FROM {txn} WHERE TXN_ID = ?")
@@ -249,7 +250,8 @@ class _Statements:
         self.select_destinations = (
             f"SELECT SEQ, KIND, NAME, ATTRIBUTES FROM {dst} ORDER BY SEQ")
         self.select_durables = (
-            f"SELECT SEQ, CONTAINER_ID, NAME, TOPIC, SELECTOR FROM {con} ORDER BY SEQ")
+            f"SELECT SEQ, CONTAINER_ID, NAME, TOPIC, SELECTOR, OWNER FROM {con} "
+            "ORDER BY SEQ")
         self.select_messages = (
             f"SELECT SEQ, DESTINATION, MESSAGE_ID, DELIVERY_COUNT, DATA FROM {msg} "
             "ORDER BY SEQ")
@@ -366,8 +368,7 @@ class SqlStore:
 
     def _load(self, cursor):
         """Recovery, in one transaction: check (or create) the tables, read them all."""
-        self.schema.check(cursor)
-        rows = {}
+        rows = {"upgraded": self.schema.check(cursor)}
         for name in ("destinations", "durables", "messages", "txns", "ops"):
             cursor.execute(getattr(self._sql, f"select_{name}"))
             rows[name] = cursor.fetchall()
@@ -399,8 +400,8 @@ class SqlStore:
         for seq, kind, name, attributes in rows["destinations"]:
             ledger.destinations[(kind, name)] = json.loads(attributes)
             seqs.append(seq)
-        for seq, container_id, name, topic, selector in rows["durables"]:
-            ledger.durables[(container_id, name)] = (topic, json.loads(selector))
+        for seq, container_id, name, topic, selector, owner in rows["durables"]:
+            ledger.durables[(container_id, name)] = (topic, json.loads(selector), owner)
             seqs.append(seq)
         recovered = ledger.recovered_skeleton()
         for seq, dest, mid, count, data in rows["messages"]:
@@ -409,6 +410,8 @@ class SqlStore:
             recovered.messages.setdefault(dest, []).append(
                 StoredMessage(dest, mid, bytes(data), count))
             seqs.append(seq)
+        if rows["upgraded"]:
+            recovered.warnings.append(rows["upgraded"])
         self._restore_prepared(rows["txns"], rows["ops"], recovered, seqs)
         recovered.max_message_id = ledger.max_message_id
         self._seq = max(seqs)
@@ -507,20 +510,21 @@ class SqlStore:
         return self._write(statements) if statements else defer.succeed(None)
 
     @guarded
-    def add_durable(self, container_id, name, topic, selector):
-        """Store a durable subscription (MQCON41); a replaced one keeps its place."""
+    def add_durable(self, container_id, name, topic, selector, owner=None):
+        """Store a durable subscription (MQCON41) with its owner's name; a replaced
+        one keeps its place."""
         for value, what in ((container_id, "container id"), (name, "subscription name"),
-                            (topic, "topic")):
+                            (topic, "topic"), (owner or "", "owner")):
             _check_text(value, what)
         text = json.dumps(selector)
         existed = (container_id, name) in self._ledger.durables
-        if not self._ledger.add_durable(container_id, name, topic, selector):
+        if not self._ledger.add_durable(container_id, name, topic, selector, owner):
             return defer.succeed(None)
         if existed:
             return self._write([(self._sql.update_durable,
-                                 (topic, text, container_id, name))])
+                                 (topic, text, owner, container_id, name))])
         return self._write([(self._sql.insert_durable,
-                             (self._next_seq(), container_id, name, topic, text))])
+                             (self._next_seq(), container_id, name, topic, text, owner))])
 
     @guarded
     def remove_durable(self, container_id, name):

@@ -12,7 +12,8 @@ brokerids differing only in case share tables.
 
     MQVER41     the store version (one row), checked at start-up
     MQDST41     destinations: kind, name, attributes (JSON)
-    MQCON41     durable subscriptions ("consumers" in the source)
+    MQCON41     durable subscriptions ("consumers" in the source), with the name
+                of the user each belongs to (OWNER; NULL when stored by version 1)
     MQMSG41     live persistent messages, in SEQ order
     MQTXN41     prepared transactions (open ones are never written: S3.1)
     MQTXNOP41   what each prepared transaction adds ('A') and removes ('R')
@@ -41,8 +42,10 @@ __all__ = [
     "from_sql_id", "to_sql_id",
 ]
 
-#: The version of the table layout below, kept in MQVER41.
-STORE_VERSION = 1
+#: The version of the table layout below, kept in MQVER41. Version 2 added
+#: MQCON41.OWNER (durable subscriptions belong to a user); L{Schema.check} brings a
+#: version 1 database up to it at start-up (L{_UPGRADES}).
+STORE_VERSION = 2
 
 #: Base table names, in creation order (MQVER41 last: its row says "complete").
 TABLES = ("MQDST41", "MQCON41", "MQMSG41", "MQTXN41", "MQTXNOP41", "MQVER41")
@@ -55,7 +58,7 @@ _DDL = {
                "NAME {text} NOT NULL, ATTRIBUTES {text} NOT NULL, UNIQUE (KIND, NAME))",
     "MQCON41": "CREATE TABLE ${name} (SEQ {pk}, CONTAINER_ID {text} NOT NULL, "
                "NAME {text} NOT NULL, TOPIC {text} NOT NULL, SELECTOR {text}, "
-               "UNIQUE (CONTAINER_ID, NAME))",
+               "OWNER {text}, UNIQUE (CONTAINER_ID, NAME))",
     "MQMSG41": "CREATE TABLE ${name} (SEQ {pk}, DESTINATION {text} NOT NULL, "
                "MESSAGE_ID {int} NOT NULL, DELIVERY_COUNT {int} NOT NULL DEFAULT 0, "
                "DATA {blob} NOT NULL, UNIQUE (DESTINATION, MESSAGE_ID))",
@@ -63,6 +66,13 @@ _DDL = {
     "MQTXNOP41": "CREATE TABLE ${name} (SEQ {pk}, TXN_ID {text} NOT NULL, "
                  "OP CHAR(1) NOT NULL, DESTINATION {text} NOT NULL, "
                  "MESSAGE_ID {int} NOT NULL, DATA {blob}, UNIQUE (TXN_ID, SEQ))",
+}
+
+#: What brings the tables from version N to N + 1: statements with C{${MQ...}} for
+#: the full table names. Each step only adds: a database upgraded by a newer mqgate
+#: cannot be read by an older one, which says so (L{Schema.check}).
+_UPGRADES = {
+    1: ("ALTER TABLE ${MQCON41} ADD COLUMN OWNER {text}",),
 }
 
 _SIGN = 1 << 63
@@ -357,12 +367,15 @@ class Schema:
                 cursor.execute(f"DELETE FROM {self.names[base]}")
 
     def check(self, cursor):
-        """Create the tables when none exist; refuse an incomplete set or another
-        store version. @raise SchemaError: saying which and what to do."""
+        """Create the tables when none exist, upgrade those of an older store
+        version; refuse an incomplete set or a newer store version.
+
+        @return: what was upgraded, in words for the start-up log, or C{None}.
+        @raise SchemaError: saying which and what to do."""
         existing = self.existing(cursor)
         if not existing:
             self.create(cursor)
-            return
+            return None
         missing = [b for b in TABLES if b not in existing]
         if missing:
             raise SchemaError(
@@ -371,7 +384,26 @@ class Schema:
                 "`mqgate dbmgr recreate` (which drops the stored data)", missing)
         cursor.execute(f"SELECT STOREVERSION FROM {self.names['MQVER41']}")
         versions = [row[0] for row in cursor.fetchall()]
+        if len(versions) == 1 and versions[0] in _UPGRADES:
+            self.upgrade(cursor, versions[0])
+            return (f"the tables of brokerid {self.brokerid!r} were upgraded from store"
+                    f" version {versions[0]} to {STORE_VERSION}")
         if versions != [STORE_VERSION]:
             raise SchemaError(
                 f"{self.names['MQVER41']} holds store version(s) {versions}, this "
                 f"mqgate reads version {STORE_VERSION}")
+        return None
+
+    def upgrade(self, cursor, version):
+        """Bring tables of store version C{version} up to L{STORE_VERSION}, in the
+        caller's transaction (DDL included), and say so in MQVER41."""
+        self.dialect.begin(cursor)
+        for step in range(version, STORE_VERSION):
+            for text in _UPGRADES[step]:
+                for base, full in self.names.items():
+                    text = text.replace("${" + base + "}", full)
+                for placeholder, sql_type in self.dialect.types.items():
+                    text = text.replace("{" + placeholder + "}", sql_type)
+                cursor.execute(text)
+        cursor.execute(self.dialect.sql(
+            f"UPDATE {self.names['MQVER41']} SET STOREVERSION = ?"), (STORE_VERSION,))

@@ -176,6 +176,18 @@ class TestStoreContract:
                 for d in recovered.durables] == [("c1", "s1", "prices.#", "price > 3")]
         assert ids(recovered, keep) == [1] and gone not in recovered.messages
 
+    def test_durable_owner_survives(self, harness, clean):
+        """Ownership: the user a durable subscription belongs to comes back with it,
+        a changed owner is stored in place, and one stored without owner has none."""
+        store, _ = harness.open()
+        result(store.add_durable("c1", "s1", "prices.#", None, "alice"))
+        result(store.add_durable("c1", "s2", "news", None))
+        result(store.add_durable("c1", "s2", "news", None, "bob"))
+        result(store.add_durable("c2", "s3", "news", None))
+        store, recovered = harness.restart(store, clean)
+        assert [(d.container_id, d.name, d.owner) for d in recovered.durables] == [
+            ("c1", "s1", "alice"), ("c1", "s2", "bob"), ("c2", "s3", None)]
+
     def test_commit_applies(self, harness, clean):
         """S3.1: a committed transaction's adds and removes are applied, adds in order."""
         store, _ = harness.open()

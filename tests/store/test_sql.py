@@ -200,6 +200,36 @@ def test_another_store_version_is_refused(sqlite_opener):
     assert "store version(s) [99]" in str(failure(again.recover(), SchemaError))
 
 
+def test_version_1_tables_are_upgraded_keeping_their_durables(sql_opener):
+    """Ownership: tables of store version 1 (no durable owners) are upgraded at
+    start-up, their durable subscriptions come back without owner, the upgrade is
+    reported, and an owner set afterwards is stored."""
+    store, _ = sql_opener.store()
+    result(store.recover())
+    result(store.close())
+    conn = raw_connection(sql_opener)
+    # What version 1 wrote: MQCON41 without OWNER, one subscription in it.
+    conn.execute("DROP TABLE MQCON41_b1")
+    conn.execute("CREATE TABLE MQCON41_b1 (SEQ INTEGER NOT NULL PRIMARY KEY, "
+                 "CONTAINER_ID TEXT NOT NULL, NAME TEXT NOT NULL, TOPIC TEXT NOT NULL, "
+                 "SELECTOR TEXT, UNIQUE (CONTAINER_ID, NAME))")
+    conn.execute("INSERT INTO MQCON41_b1 VALUES (1, 'c', 'old', 'news', 'null')")
+    conn.execute("UPDATE MQVER41_b1 SET STOREVERSION = 1")
+    conn.commit()
+    conn.close()
+    again, _ = sql_opener.store()
+    recovered = result(again.recover())
+    assert [(d.name, d.topic, d.owner) for d in recovered.durables] == [
+        ("old", "news", None)]
+    assert any("upgraded from store version 1 to 2" in w for w in recovered.warnings)
+    result(again.add_durable("c", "old", "news", None, "alice"))
+    result(again.close())
+    third, _ = sql_opener.store()
+    recovered = result(third.recover())
+    assert [(d.name, d.owner) for d in recovered.durables] == [("old", "alice")]
+    assert not recovered.warnings
+
+
 def test_a_failed_batch_refuses_its_adds_and_keeps_the_rest(sql_opener):
     """S3.6: when the database refuses a batch, its adds are refused (StoreFailed with
     the database's words), later adds are refused at once, and a catalog change made
