@@ -11,6 +11,7 @@ L{Consumer.settle} and detaches into C{close}.
 import collections
 import functools
 import itertools
+import secrets
 from dataclasses import dataclass
 
 from twisted.logger import Logger
@@ -28,20 +29,27 @@ from mqgate.core.limits import (
 from mqgate.core.message import BrokerMessage
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
-from mqgate.errors import ConfigError, LocalProtocolError
+from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
 
 __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
     "BrokerMessage", "Consumer", "CoreConfig", "Delivery", "FLOW_CONTROL", "Limits",
     "NameLimitExceeded", "NotAllowed", "NotFound", "Producer", "REJECT_NEWEST",
-    "ResourceLimitExceeded", "SelectorError", "StoreBacklog",
+    "Requester", "ResourceLimitExceeded", "SelectorError", "StoreBacklog",
+    "Unauthorized",
 ]
 
 # Anonymous producers resolve message.to through a cache; bounded so that a client
 # sending to ever new addresses cannot grow it without limit (ARCHITECTURE rule 4).
 _ROUTE_CACHE_MAX = 4096
 
+# A temporary destination's name is this prefix (so that operators and the docs
+# recognise it) and 128 random bits: a client cannot guess another's reply address.
 _TEMPORARY_PREFIX = "mqgate.tmp."
+_TEMPORARY_BYTES = 16
+
+# The group whose members may resume or delete any user's durable subscription.
+ADMIN_GROUP = "admin"
 
 _AUTOCREATE = "mqgate.autocreate.destination."
 
@@ -109,6 +117,41 @@ class CoreConfig:
     def limits(self):
         """The L{Limits} every destination is made with (S2.5: auto-create limits)."""
         return Limits(self.max_num_msgs, self.max_total_msg_bytes, self.limit_behavior)
+
+
+class Unauthorized(ProtocolError):
+    """The requester may not use what it names: another connection's temporary
+    destination, another user's durable subscription."""
+
+    condition = "amqp:unauthorized-access"
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who attaches a consumer, as ownership needs it (issue 11).
+
+    @ivar user: the logged-in user's name (C{None}: unknown).
+    @ivar admin: whether the user is in group L{ADMIN_GROUP}.
+    @ivar connection: any object standing for the client's connection, compared by
+        identity: the owner of the temporary destinations it makes.
+    @ivar address: the client's address, and C{service} the connection service, for
+        the audit trail only.
+    """
+
+    user: object = None
+    admin: bool = False
+    connection: object = None
+    address: object = None
+    service: object = None
+
+    @classmethod
+    def of(cls, principal, connection, address=None, service=None):
+        """The requester for C{principal} (name, groups; or C{None}) on
+        C{connection}."""
+        if principal is None:
+            return cls(None, False, connection, address, service)
+        return cls(principal.name, ADMIN_GROUP in principal.groups, connection, address,
+                   service)
 
 
 class Producer:
@@ -379,21 +422,23 @@ class Broker:
     @ivar config: the L{CoreConfig}.
     @ivar persistence: the L{mqgate.core.persistence.Persistence}, or C{None}: no
         message, destination or subscription is ever stored.
+    @ivar audit: an L{mqgate.security.audit.IAuditTrail} told of ownership refusals
+        (C{access.denied}), or C{None}.
     """
 
     log = Logger(namespace="mqgate.broker")
 
-    def __init__(self, clock, config=CoreConfig(), persistence=None):
+    def __init__(self, clock, config=CoreConfig(), persistence=None, audit=None):
         self.clock = clock
         self.config = config
         self.persistence = persistence
+        self.audit = audit
         self._queues = {}
         self._topics = {}
         self._index = SubscriptionIndex()
         self._durable = {}
         self._routes = {}
         self._next_seq = itertools.count(1).__next__
-        self._temporary_ids = itertools.count(1)
         self._subscription_ids = itertools.count(1)
         self._retired = dict.fromkeys(_TOTALS, 0)
         self._limits = config.limits
@@ -424,7 +469,8 @@ class Broker:
                         self._system, backlog)
 
     def open_consumer(self, address, target, *, capabilities=(), presettled=False,
-                      durable_name=None, container_id=None, dynamic=False, selector=None):
+                      durable_name=None, container_id=None, dynamic=False, selector=None,
+                      requester=None):
         """Attach a consumer delivering to C{target.deliver(delivery)} (S2.1, S8.1).
 
         A queue gets a competing consumer. A topic gets a subscription queue of its
@@ -433,6 +479,13 @@ class Broker:
         with its backlog. C{dynamic=True} makes a temporary queue (a temporary topic
         when the capabilities say C{temporary-topic} or C{topic}) with a unique name,
         deleted when this consumer closes.
+
+        Ownership (issue 11), when C{requester} (a L{Requester}) is given, as the
+        protocol glue always does: a temporary destination belongs to the connection
+        that made it, and only that connection may receive from it (anyone may send
+        to it: it is a reply address); a durable subscription belongs to the user who
+        made it, and only that user or a member of group admin may resume it.
+        C{requester=None} is the broker's own trusted use (tests, recovery).
 
         C{selector} (S2.8; text, a compiled L{Selector}, or C{None}; blank text means
         none) limits what the consumer receives: on a queue, messages it refuses stay
@@ -443,6 +496,8 @@ class Broker:
         @raise SelectorError: the selector does not compile (nothing was created).
         @raise NotFound: the destination does not exist and may not be created.
         @raise NotAllowed: the durable subscription already has a consumer.
+        @raise Unauthorized: the temporary destination or the durable subscription
+            belongs to another connection or user (nothing was changed).
         @raise AddressError: the address names nothing.
         @raise NameLimitExceeded: the name or pattern is too long or too deep.
         @raise ResourceLimitExceeded: the destination or durable subscription would be
@@ -455,18 +510,19 @@ class Broker:
             name = self._temporary_name()
             self._refuse_past_max_destinations(kind, name)
             temporary = self._create(kind, name, temporary=True)
+            temporary.creator = None if requester is None else requester.connection
         else:
             kind, name = resolve(address, capabilities, self.config.default_type)
             if not self._resumes_durable(container_id, durable_name, kind, name):
                 self._check_name(kind, name)
         if kind == QUEUE:
-            queue = temporary or self._destination(QUEUE, name)
+            queue = temporary or self._private(self._destination(QUEUE, name), requester)
         else:
             if temporary is None and not is_pattern(name):
-                self._destination(TOPIC, name)
+                self._private(self._destination(TOPIC, name), requester)
             if durable_name is not None and temporary is None:
                 queue = self._durable_subscription(container_id, durable_name, name,
-                                                   selector)
+                                                   selector, requester=requester)
             else:
                 queue = self._subscription(name, selector)
         consumer = Consumer(
@@ -476,13 +532,17 @@ class Broker:
         queue.attach(consumer)
         return consumer
 
-    def destroy_durable(self, container_id, durable_name):
+    def destroy_durable(self, container_id, durable_name, requester=None):
         """Delete a durable subscription and its backlog (JMS unsubscribe).
 
+        @param requester: the L{Requester} asking; only the subscription's owner or a
+            member of group admin may (C{None}: the broker's own trusted use).
         @raise NotFound: no such subscription.
+        @raise Unauthorized: it belongs to another user.
         @raise NotAllowed: a consumer is attached to it.
         """
         queue = self.subscription(container_id, durable_name)
+        self._check_owner(queue, requester, "delete")
         if queue.consumers:
             raise NotAllowed(f"subscription {durable_name!r} is in use")
         self._delete_subscription(queue)
@@ -647,9 +707,61 @@ class Broker:
 
     def _temporary_name(self):
         while True:
-            name = f"{_TEMPORARY_PREFIX}{next(self._temporary_ids)}"
+            name = f"{_TEMPORARY_PREFIX}{secrets.token_hex(_TEMPORARY_BYTES)}"
             if name not in self._queues and name not in self._topics:
                 return name
+
+    # -- ownership (issue 11) ----------------------------------------------------------
+
+    def _private(self, destination, requester):
+        # A temporary destination is its connection's private reply address: only
+        # that connection receives from it. Admin included, unlike durable
+        # subscriptions: no one else has any business reading another client's
+        # replies, and the connection's consumer going away deletes it anyway.
+        if (destination.temporary and requester is not None
+                and destination.creator is not requester.connection):
+            kind = "queue" if isinstance(destination, Queue) else "topic"
+            self._deny(requester, "consume", f"temporary {kind}", destination.name)
+            raise Unauthorized(
+                f"temporary {kind} {destination.name} belongs to another connection: only"
+                " the connection that made it may receive from it")
+        return destination
+
+    def _check_owner(self, queue, requester, operation):
+        # A durable subscription belongs to the user who made it; group admin may use
+        # any. One stored by a version of mqgate without owners goes to the first user
+        # who uses it.
+        if requester is None:
+            return
+        container_id, durable_name = queue.durable_key
+        if queue.owner is None:
+            if requester.user is not None:
+                self._adopt(queue, requester.user)
+            return
+        if queue.owner != requester.user and not requester.admin:
+            self._deny(requester, operation, "durable subscription", durable_name,
+                       container=container_id)
+            raise Unauthorized(
+                f"durable subscription {durable_name} of container {container_id} "
+                "belongs to another user")
+
+    def _adopt(self, queue, user):
+        container_id, durable_name = queue.durable_key
+        queue.owner = user
+        self.log.info(
+            "durable subscription {name!r} of container {client!r} had no owner (it was"
+            " stored by an older mqgate); it now belongs to user {user}, who resumed it",
+            name=durable_name, client=container_id, user=user)
+        if queue.store is not None:
+            self.persistence.durable_created(container_id, durable_name, queue.pattern,
+                                             queue.selector, user)
+
+    def _deny(self, requester, operation, dest_type, name, **details):
+        if self.audit is not None:
+            self.audit.record("access.denied", "denied", user=requester.user,
+                              address=requester.address, service=requester.service,
+                              operation=operation, dest_type=dest_type, name=name,
+                              subject="owner", **details)
 
     def _subscription(self, pattern, selector):
         name = f"mqgate.sub.{next(self._subscription_ids)}"
@@ -659,12 +771,17 @@ class Broker:
         return queue
 
     def _durable_subscription(self, container_id, durable_name, pattern, selector,
-                              restoring=False):
+                              restoring=False, requester=None, owner=None):
         key = (container_id, durable_name)
         queue = self._durable.get(key)
         if queue is None and not restoring:
             self._refuse_past_max_destinations("durable subscription", durable_name)
+        if requester is not None:
+            owner = requester.user
         if queue is not None:
+            # Whose it is first: another user learns nothing, not even "in use".
+            self._check_owner(queue, requester, "consume")
+            owner = queue.owner     # replaced below by its owner or admin: still theirs
             if queue.consumers:
                 raise NotAllowed(f"subscription {durable_name!r} is in use")
             if queue.pattern == pattern and _text(queue.selector) == _text(selector):
@@ -675,18 +792,23 @@ class Broker:
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
                       durable_key=key, selector=selector, limits=self._limits,
                       system=self._system)
+        queue.owner = owner
         persistence = self.persistence
         if persistence is not None:
             queue.store = persistence.durable_store(container_id, durable_name)
-            persistence.durable_created(container_id, durable_name, pattern, selector)
+            persistence.durable_created(container_id, durable_name, pattern, selector,
+                                        owner)
         self._durable[key] = queue
         self._index.add(queue)
         return queue
 
     # -- recovery (S3.1; mqgate.core.persistence) ------------------------------------
 
-    def restore_durable(self, container_id, durable_name, pattern, selector):
+    def restore_durable(self, container_id, durable_name, pattern, selector, owner=None):
         """Recreate a stored durable subscription (no consumer) and return its queue.
+
+        C{owner}: the name of the user it belongs to, or C{None} when it was stored
+        without one (the first user to resume it then adopts it).
 
         Neither the name limits nor C{mqgate.system.max_destinations} apply: what the
         broker accepted before it keeps (see L{_warn_if_over_name_limits}).
@@ -697,7 +819,8 @@ class Broker:
         if not is_pattern(pattern):
             self._destination(TOPIC, pattern, restoring=True)
         return self._durable_subscription(container_id, durable_name, pattern,
-                                          _compiled(selector), restoring=True)
+                                          _compiled(selector), restoring=True,
+                                          owner=owner)
 
     def _warn_if_over_name_limits(self, container_id, durable_name, pattern):
         # A durable subscription stored by a broker with higher limits (or before there

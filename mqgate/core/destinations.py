@@ -89,6 +89,10 @@ class Queue:
     @ivar selector: for a topic subscription, the compiled selector (S2.8) its topic
         applies before enqueueing; C{None} otherwise.
     @ivar temporary: made for a dynamic attach; deleted with its creator.
+    @ivar creator: of a temporary queue, what stands for the connection that made it
+        (only it may receive from the queue); C{None} otherwise.
+    @ivar owner: of a durable subscription, the name of the user it belongs to, or
+        C{None} (not known yet: stored by an older mqgate); C{None} otherwise.
     @ivar deleted: set when the broker deletes it.
     @ivar limits: the L{Limits} (S2.3).
     @ivar full: C{True} from the moment a limit is reached until the queue is back under
@@ -98,8 +102,8 @@ class Queue:
         subscriptions, a broker without a store).
     """
 
-    __slots__ = ("name", "pattern", "durable_key", "selector", "temporary", "deleted",
-                 "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
+    __slots__ = ("name", "pattern", "durable_key", "selector", "temporary", "creator",
+                 "owner", "deleted", "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
                  "_in_flight", "_flight_bytes", "store", "_system",
@@ -112,6 +116,8 @@ class Queue:
         self.durable_key = durable_key
         self.selector = selector
         self.temporary = temporary
+        self.creator = None
+        self.owner = None
         self.deleted = False
         self._levels = [deque() for _ in range(_LEVELS)]
         # Highest priority level holding something, -1 when the levels are empty.
@@ -829,14 +835,18 @@ class Topic:
 
     @ivar full: a subscription queue the last publish left full (S2.3: its producers
         wait for it), or C{None}.
+    @ivar creator: of a temporary topic, what stands for the connection that made it
+        (see L{Queue.creator}); C{None} otherwise.
     """
 
-    __slots__ = ("name", "temporary", "deleted", "messages_in", "messages_out",
-                 "dropped", "full", "_index", "_gen", "_subs", "_selective", "producers")
+    __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
+                 "messages_out", "dropped", "full", "_index", "_gen", "_subs",
+                 "_selective", "producers")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
         self.temporary = temporary
+        self.creator = None
         self.deleted = False
         self.messages_in = 0
         self.messages_out = 0
@@ -865,6 +875,11 @@ class Topic:
             self._subs = index.matching(self.name)
         else:
             self._subs = self._changed(changes)
+        if self.temporary:
+            # A temporary topic is private to the connection that made it: only
+            # subscriptions naming it exactly (which the broker checks at attach)
+            # receive from it, never another client's wildcard.
+            self._subs = tuple(q for q in self._subs if q.pattern == self.name)
         self._gen = index.gen
         self._selective = any(q.selector is not None for q in self._subs)
 

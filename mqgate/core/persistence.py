@@ -187,10 +187,12 @@ class Persistence:
         self.store.remove_destination(kind, name).addErrback(
             self.failed, "forget destination", canonical(kind, name))
 
-    def durable_created(self, container_id, name, topic, selector):
+    def durable_created(self, container_id, name, topic, selector, owner=None):
+        """Store durable subscription C{(container_id, name)}, or its new owner (the
+        store replaces what it had)."""
         if not self._restoring:
             text = None if selector is None else selector.text
-            self.store.add_durable(container_id, name, topic, text).addErrback(
+            self.store.add_durable(container_id, name, topic, text, owner).addErrback(
                 self.failed, "store durable subscription", durable_key(container_id, name))
 
     def durable_deleted(self, container_id, name):
@@ -262,7 +264,8 @@ class Persistence:
             for stored in recovered.durables:
                 try:
                     queue = broker.restore_durable(stored.container_id, stored.name,
-                                                   stored.topic, stored.selector)
+                                                   stored.topic, stored.selector,
+                                                   stored.owner)
                 except ProtocolError as e:
                     summary.warnings.append(
                         f"durable subscription {stored.name!r} of {stored.container_id!r}"

@@ -126,12 +126,14 @@ def test_dynamic_temporary_topic():
     assert broker.topics() == [] and broker.subscriptions() == []
 
 
-def test_temporary_name_skips_existing_destination():
+def test_temporary_name_skips_existing_destination(monkeypatch):
     """S2.1: a temporary name never collides with an existing destination."""
+    tokens = iter(["taken", "free"])
+    monkeypatch.setattr("mqgate.core.broker.secrets.token_hex", lambda n: next(tokens))
     broker, _ = make_broker()
-    broker.open_producer("queue://mqgate.tmp.1")
+    broker.open_producer("queue://mqgate.tmp.taken")
     consumer, _ = consume(broker, None, dynamic=True)
-    assert consumer.address == "queue://mqgate.tmp.2"
+    assert consumer.address == "queue://mqgate.tmp.free"
 
 
 def test_unknown_queue_lookup_not_found():

@@ -295,7 +295,7 @@ def test_destinations_and_durables_are_stored_and_forgotten():
     temporary, _ = consume(broker, None, dynamic=True)
     ledger = store._ledger
     assert list(ledger.destinations) == [("queue", "auto"), ("topic", "news")]
-    assert ledger.durables == {("c", "s"): ("news", None)}
+    assert ledger.durables == {("c", "s"): ("news", None, None)}
     broker.open_producer("topic://news").send(BrokerMessage(b"m", durable=True))
     consumer.close(remove=True)   # AMQP detach closed=true: unsubscribe
     assert ledger.durables == {} and durable_key("c", "s") not in ledger.messages
