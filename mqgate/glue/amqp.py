@@ -43,7 +43,8 @@ from mqgate.amqp.performatives import (
 )
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
-from mqgate.core.broker import ACCEPTED, MODIFIED, REJECTED, RELEASED, StoreBacklog
+from mqgate.core.broker import (
+    ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog)
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
@@ -286,7 +287,8 @@ class AmqpBrokerSession(BrokerSession):
             capabilities=source.capabilities or (), presettled=link.presettled,
             durable_name=link.name if durable and not source.dynamic else None,
             container_id=self.container_id, dynamic=bool(source.dynamic),
-            selector=selector)
+            selector=selector, requester=Requester.of(
+                self.principal, self, self.peer, self.config.service))
         if consumer.queue.pattern is not None:
             try:
                 self.check_flows("subscription", self._held["subscription"])

@@ -29,7 +29,8 @@ import itertools
 
 from twisted.internet import defer
 
-from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED, StoreBacklog
+from mqgate.core.broker import (
+    ACCEPTED, MODIFIED, RELEASED, Requester, StoreBacklog, Unauthorized)
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
@@ -464,9 +465,12 @@ class StompBrokerSession(BrokerSession):
             subscription.consumer = self.broker.open_consumer(
                 event.destination, subscription, presettled=event.ack == "auto",
                 durable_name=durable_name, container_id=self.client_id,
-                selector=_header(event.headers, "selector"))
+                selector=_header(event.headers, "selector"), requester=Requester.of(
+                    self.principal, self, self.peer, self.config.service))
         except SelectorError as error:
             raise _Error("invalid selector", error.description) from None
+        except Unauthorized as error:
+            raise _Error("access refused", error.description) from None
         if subscription.consumer.queue.pattern is not None:
             try:
                 self.check_flows("subscription", sum(
