@@ -334,3 +334,22 @@ class TestStoreContract:
         result(store.add_message(Q, 1, memoryview(b"view")))
         store, recovered = harness.restart(store, clean=False)
         assert recovered.messages[Q][0].data == b"view"
+
+
+def test_file_store_reads_durables_written_without_owner(tmp_path):
+    """Ownership: a durables.json written before durables had owners is read, each
+    subscription without owner; an owner set afterwards comes back."""
+    directory = tmp_path / "filestore"
+    directory.mkdir()
+    (directory / "durables.json").write_text(
+        '{"durables": [{"container_id": "c", "name": "s", "topic": "news",'
+        ' "selector": null}]}', encoding="utf-8")
+    store = FileStore(directory, run_now)
+    recovered = result(store.recover())
+    assert [(d.name, d.topic, d.owner) for d in recovered.durables] == [
+        ("s", "news", None)]
+    result(store.add_durable("c", "s", "news", None, "alice"))
+    result(store.close())
+    again = FileStore(directory, run_now)
+    assert [d.owner for d in result(again.recover()).durables] == ["alice"]
+    result(again.close())
