@@ -638,6 +638,13 @@ class Broker:
                    else self.config.autocreate_topic)
         if not allowed:
             raise NotFound(f"no {kind} {name!r} and auto-creation is disabled")
+        if name.startswith(_TEMPORARY_PREFIX):
+            # Only a dynamic attach makes these. A reply sent after its temporary
+            # queue went away must not make an ordinary queue of that name, which
+            # anyone who saw the reply address could then read.
+            raise NotFound(f"no {kind} {name!r}: names starting with {_TEMPORARY_PREFIX}"
+                           " are temporary destinations, made by a dynamic attach and"
+                           " deleted with their connection's consumer")
         if not restoring:
             self._refuse_past_max_destinations(kind, name)
         return self._create(kind, name)

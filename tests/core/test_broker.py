@@ -131,7 +131,7 @@ def test_temporary_name_skips_existing_destination(monkeypatch):
     tokens = iter(["taken", "free"])
     monkeypatch.setattr("mqgate.core.broker.secrets.token_hex", lambda n: next(tokens))
     broker, _ = make_broker()
-    broker.open_producer("queue://mqgate.tmp.taken")
+    broker.create_queue("mqgate.tmp.taken")
     consumer, _ = consume(broker, None, dynamic=True)
     assert consumer.address == "queue://mqgate.tmp.free"
 

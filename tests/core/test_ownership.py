@@ -80,9 +80,30 @@ def test_only_the_creating_connection_subscribes_to_a_temporary_topic():
     with pytest.raises(Unauthorized):
         consume(broker, owner.address, requester=BOB)
     send(broker, owner.address, b"private")
+    broker.create_topic("mqgate.tmp.public")     # an ordinary topic of such a name
     send(broker, "topic://mqgate.tmp.public", b"public")
     assert received.payloads == [b"private"]
     assert snooped.payloads == [b"public"]
+
+
+def test_a_gone_temporary_queue_is_not_made_again_by_a_late_reply():
+    """A reply sent after its temporary queue was deleted is refused with not-found
+    rather than auto-creating an ordinary queue anyone could read; a queue of such a
+    name made by an administrator (or stored before) is still used."""
+    broker, _ = make_broker()
+    owner, _ = consume(broker, None, dynamic=True, requester=ALICE)
+    owner.close()
+    with pytest.raises(NotFound) as caught:
+        send(broker, owner.address, b"late reply")
+    assert "temporary destinations" in caught.value.description
+    with pytest.raises(NotFound):
+        consume(broker, owner.address, requester=BOB)
+    with pytest.raises(NotFound):
+        broker.open_producer(None).send(BrokerMessage(b"late", to=owner.address))
+    assert broker.queues() == []
+    broker.create_queue("mqgate.tmp.kept")
+    send(broker, "queue://mqgate.tmp.kept", b"1")
+    assert broker.queue("mqgate.tmp.kept").held == 1
 
 
 def test_a_refused_temporary_attach_is_audited():

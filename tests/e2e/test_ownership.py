@@ -128,6 +128,20 @@ def test_stomp_cannot_subscribe_to_another_connections_temporary_queue(broker):
         assert reply.body in ("from stomp", b"from stomp")
 
 
+def test_a_reply_to_a_gone_temporary_queue_is_refused(broker):
+    """Once its connection's receiver is gone, a temporary queue's address takes no
+    more replies (not-found) and is not re-created as an ordinary queue that another
+    user could read."""
+    with login(broker, "alice") as owner:
+        address = owner.create_receiver(None, dynamic=True).link.remote_source.address
+    with login(broker, "bob") as conn:
+        with pytest.raises(LinkDetached) as info:
+            conn.create_sender(address)
+        assert info.value.condition == "amqp:not-found", str(info.value)
+        error = refused_attach(conn, address)
+        assert error.condition == "amqp:not-found", str(error)
+
+
 # -- durable subscriptions ----------------------------------------------------------------
 
 def subscribe_durable(conn, topic="topic://rates", name="rates-sub"):
