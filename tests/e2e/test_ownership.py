@@ -17,7 +17,7 @@ from proton.utils import LinkDetached
 
 from mqgate.security.users import User, format_entry, hash_password
 from tests.e2e.broker import BrokerProcess
-from tests.e2e.proton_client import DEFAULT_TIMEOUT, drain, opened, receive_all
+from tests.e2e.proton_client import drain, opened, receive_all
 from tests.e2e.stomp_client import clients, unique
 
 UNAUTHORIZED = "amqp:unauthorized-access"
