@@ -101,8 +101,10 @@ class RuleSet:
         except AccessFileError as e:
             kept = ("the previous rules stay in force" if self.loaded
                     else "every operation is denied until it is fixed")
-            self.log.warn("access control file {path} refused, {where}: {why}; {kept}",
-                          path=self.path, where=f"line {e.line}" if e.line else "whole file",
+            self.log.warn("access control file {path} refused, {where}: {why}; {kept}; "
+                          "it is read again when it changes, or with `mqgate cmd reload "
+                          "rules`", path=self.path,
+                          where=f"line {e.line}" if e.line else "whole file",
                           why=e.why, kept=kept)
             self._audit.record("access.reload", "failed", file=self.path, why=str(e))
             return False, f"{self.path} refused ({e}); {kept}"
@@ -142,20 +144,19 @@ class ServiceAccess:
 
     def check_connection(self, principal, peer=None):
         """None if C{principal} may use this service, else a L{Denied}."""
-        subject = f"connection.{self.service_type}"
+        who = f"user {principal.name} may not connect to the {self.service} service"
         if self.rule_set is None:
+            # Access control is off here, but an admin service stays the admin group's.
             if self.service_type != "ADMIN" or "admin" in principal.groups:
                 return None
-            allowed = False
-        else:
-            decision = self.rule_set.rules.connection(
-                principal.name, principal.groups, self.service_type)
-            allowed, subject = decision.allowed, decision.subject
-        if allowed:
+            return self._denied(principal, peer, f"{who}: only the admin group may use it",
+                                "connection.ADMIN", operation="connection")
+        decision = self.rule_set.rules.connection(
+            principal.name, principal.groups, self.service_type)
+        if decision.allowed:
             return None
-        return self._denied(
-            principal, peer, f"user {principal.name} may not connect to the "
-            f"{self.service} service (rule {subject})", subject, operation="connection")
+        return self._denied(principal, peer, f"{who} (rule {decision.subject})",
+                            decision.subject, operation="connection")
 
     def check_destination(self, principal, kind, name, operation, exists, peer=None):
         """None if C{principal} may do C{operation} on C{kind} C{name}, else a

@@ -83,8 +83,12 @@ def start_broker(tmp_path, rules, **defines):
         "mqgate.accesscontrol.file.dirpath": str(etc),
         "mqgate.accesscontrol.file.filename": "acl.properties",
         "mqgate.user_repository.file.dirpath": str(etc), **defines})
-    broker.start()
-    broker.wait_for_line(r"access control rules loaded from .*acl\.properties")
+    try:
+        broker.start()
+        broker.wait_for_line(r"access control rules loaded from .*acl\.properties")
+    except BaseException:
+        broker.kill()
+        raise
     return broker, path
 
 
@@ -364,3 +368,36 @@ def test_rule_file_without_version_keeps_the_rules_in_force(own_broker):
     broker.wait_for_line(r"refused, whole file: no version line")
     assert may_consume(broker, "bob", "queue://x")
     assert len(re.findall("rules loaded", "".join(broker.output))) == 1
+
+
+# -- settings ----------------------------------------------------------------------------
+
+
+def test_per_service_switch_and_file(tmp_path):
+    """Access control off broker-wide but on for the stomp service with a file of its
+    own (mqgate.SERVICE.accesscontrol.*): bob consumes freely over jms, the stomp
+    service applies its file, and the admin service still takes only the admin group
+    (S4.1, S4.5)."""
+    etc = tmp_path / "etc"
+    (etc).mkdir()
+    (etc / "stomp-acl.properties").write_text(
+        V + SHIPPED + "queue.locked.consume.deny.user=bob\n", encoding="utf-8")
+    broker, _ = start_broker(tmp_path, V, **{
+        "mqgate.accesscontrol.enabled": "false",
+        "mqgate.stomp.accesscontrol.enabled": "true",
+        "mqgate.stomp.accesscontrol.file.filename": "stomp-acl.properties"})
+    try:
+        assert may_consume(broker, "bob", "queue://locked")
+        client = open_client(broker.address("stomp"), user="bob", passcode="bob")
+        try:
+            client.connection.subscribe("/queue/locked", id="s1")
+            assert "(rule queue.locked.consume)" in \
+                client.collector.wait_for_error().headers["message"]
+        finally:
+            client.close()
+        with pytest.raises(ConnectionException) as info:
+            connect(broker, user="guest", password="guest", service="admin").close()
+        assert "user guest may not connect to the admin service: only the admin group " \
+            "may use it" in str(info.value)
+    finally:
+        broker.kill()
