@@ -319,8 +319,8 @@ def _access_control(settings, reactor, reloadables, audit, top):
         if not (enabled == "true" if enabled else settings["mqgate.accesscontrol.enabled"]):
             access[name] = ServiceAccess(name, kind, None, audit=audit, clock=reactor)
             continue
-        path = os.path.join(directory, settings[f"mqgate.{name}.accesscontrol.file.filename"]
-                            or default_name)
+        filename = settings[f"mqgate.{name}.accesscontrol.file.filename"] or default_name
+        path = os.path.join(directory, filename)
         if path not in rule_sets:
             for warning in ensure_rule_file(path):
                 log.info("{warning}", warning=warning)

@@ -32,12 +32,12 @@ from twisted.internet import defer
 from mqgate.core.broker import ACCEPTED, MODIFIED, RELEASED, StoreBacklog
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
-from mqgate.security.access import CONSUME
 from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
     REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
 )
+from mqgate.security.access import CONSUME
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,

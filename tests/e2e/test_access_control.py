@@ -1,8 +1,8 @@
 """Access control against the real broker (S4.1, S4.5), with Proton and stomp.py.
 
 Each broker reads a rule file and a user repository the test writes (in the source
-system's formats, FACTS 1.3 and 1.4): bob, alice, eve and mallory are in group user, admin in
-group admin, guest in group anonymous; every password is the user's name.
+system's formats, FACTS 1.3 and 1.4): bob, alice, eve and mallory are in group user,
+admin in group admin, guest in group anonymous; every password is the user's name.
 """
 
 import os
