@@ -187,7 +187,9 @@ class Rules:
             patterns.sort(key=lambda item: (_literal_chars(item[0]), item[1]))
 
     def __len__(self):
-        return len(self._rules)
+        """How many rules (keys of the file, the version aside) there are."""
+        return sum(bool(names) for rule in self._rules.values()
+                   for names in attrs.astuple(rule, recurse=False))
 
     def connection(self, user, groups, service_type):
         """May C{user} (in C{groups}) connect to a service of C{service_type}?"""

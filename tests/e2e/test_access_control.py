@@ -15,6 +15,7 @@ from proton.reactor import Copy
 from proton.utils import LinkDetached
 
 from mqgate.security.users import User, format_entry, hash_password
+from tests.e2e.admin_cmd import mqgate_cmd
 from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, connect, opened, receive_all
 from tests.e2e.stomp_client import DeadlineExceeded, open_client, unique
@@ -401,3 +402,22 @@ def test_per_service_switch_and_file(tmp_path):
             "may use it" in str(info.value)
     finally:
         broker.kill()
+
+
+def test_reload_command_rereads_the_rules_and_says_what_happened(own_broker, tmp_path):
+    """`mqgate cmd reload rules` re-reads the file at once: a broken one is refused
+    (exit status 1, the line and the reason), a good one loaded (S4.5, S11.1)."""
+    broker, path = own_broker(V + SHIPPED)
+    passfile = tmp_path / "cmd-passfile"
+    passfile.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
+    path.write_text(V + "queue.*.consume.allow.usr=*\n")
+    result = mqgate_cmd(broker, passfile, "reload", "rules")
+    assert result.returncode == 1, result
+    assert "rules: REFUSED" in result.stderr
+    assert "line 2: rule 'queue.*.consume.allow.usr': 'usr' is neither user nor group" \
+        in result.stderr
+    path.write_text(V + SHIPPED)
+    result = mqgate_cmd(broker, passfile, "reload", "rules")
+    assert result.returncode == 0, result
+    assert result.stdout.startswith("rules: reloaded: ")
+    assert "10 rules loaded" in result.stdout

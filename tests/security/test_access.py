@@ -47,7 +47,7 @@ def test_shipped_file_is_the_one_installed_and_parses():
     """etc/accesscontrol.properties is the text installed at first start, and parses."""
     shipped = (ROOT / "etc" / "accesscontrol.properties").read_text(encoding="utf-8")
     assert shipped == DEFAULT_FILE_TEXT
-    assert len(parse_rules(shipped)) == 9
+    assert len(parse_rules(shipped)) == 10
 
 
 @pytest.mark.parametrize("text, line, words", [
