@@ -322,7 +322,13 @@ def _access_control(settings, reactor, reloadables, audit, top):
         filename = settings[f"mqgate.{name}.accesscontrol.file.filename"] or default_name
         path = os.path.join(directory, filename)
         if path not in rule_sets:
-            for warning in ensure_rule_file(path):
+            try:
+                created = ensure_rule_file(path)
+            except OSError as e:
+                raise ConfigError("mqgate.accesscontrol.file.dirpath", directory,
+                                  "a directory where the access control file "
+                                  f"{filename} can be created ({e.strerror})") from None
+            for warning in created:
                 log.info("{warning}", warning=warning)
             rule_sets[path] = RuleSet(path, audit=audit)
         access[name] = ServiceAccess(name, kind, rule_sets[path], audit=audit,

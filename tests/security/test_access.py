@@ -394,3 +394,21 @@ def test_core_would_create_only_missing_destinations_it_may_create():
     assert not broker.would_create("topic", "t.*")
     off = Broker(task.Clock(), CoreConfig(autocreate_queue=False))
     assert not off.would_create("queue", "b")
+
+
+def test_rule_file_that_cannot_be_created_is_a_configuration_error(tmp_path):
+    """A rule file directory that cannot hold the file stops the start with an error
+    naming the setting, not a traceback."""
+    from twisted.application.service import MultiService
+
+    from mqgate.config import Settings
+    from mqgate.errors import ConfigError
+    from mqgate.service import _access_control
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    settings = Settings.from_properties(
+        [], {"mqgate.accesscontrol.file.dirpath": str(blocker / "etc")},
+        varhome=str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        _access_control(settings, task.Clock(), Reloadables(), None, MultiService())
+    assert info.value.key == "mqgate.accesscontrol.file.dirpath"
