@@ -16,7 +16,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from mqgate import __version__, sniff
-from mqgate.admin.requests import AdminContext, AdminRequests
+from mqgate.admin.requests import AdminContext, AdminRequests, reload_commands
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
 from mqgate.amqp.message import parse_message
 from mqgate.config.schema import SERVICES
@@ -41,6 +41,9 @@ from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
+from mqgate.security.access_control import (
+    Reloadables, RuleFileWatcher, RuleSet, ServiceAccess, ensure_rule_file)
+from mqgate.security.audit import NO_AUDIT
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
@@ -261,7 +264,11 @@ def build_broker(settings, reactor):
     # client profiles; the admin service's show commands read both (S11.1).
     clients = ClientRegistry()
     profiles = profiles_from_settings(settings.family(CLIENT_PROFILE_PREFIX))
-    admin_requests = AdminRequests(AdminContext(broker, clients, profiles), SHOW_COMMANDS)
+    reloadables = top.reloadables = Reloadables()
+    access = _access_control(settings, reactor, reloadables, NO_AUDIT, top)
+    admin_requests = AdminRequests(
+        AdminContext(broker, clients, profiles, reloadables),
+        {**SHOW_COMMANDS, **reload_commands(reloadables.names())})
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,
@@ -270,7 +277,7 @@ def build_broker(settings, reactor):
         ingress_budget=IngressBudget(settings["mqgate.ingress.buffer.budget"]))
     shared = dict(settings=settings, broker=broker, authenticator=authenticator,
                   reactor=reactor, flusher=flusher, admin_requests=admin_requests,
-                  egress=egress)
+                  egress=egress, access=access)
     services = []
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
@@ -293,6 +300,49 @@ def build_broker(settings, reactor):
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     return top
+
+
+def _access_control(settings, reactor, reloadables, audit, top):
+    """Access control (S4.1, S4.5): one L{RuleSet} per distinct rule file (installed
+    with the shipped rules when missing), watched for changes by a service started
+    before the listeners, and one L{ServiceAccess} per service.
+
+    @return: C{service name -> ServiceAccess}.
+    """
+    directory = (settings["mqgate.accesscontrol.file.dirpath"]
+                 or os.path.join(settings.instance_dir, "etc"))
+    default_name = settings["mqgate.accesscontrol.file.filename"]
+    rule_sets = {}
+    access = {}
+    for name, (kind, _transport) in SERVICES.items():
+        enabled = settings[f"mqgate.{name}.accesscontrol.enabled"].lower()
+        if not (enabled == "true" if enabled else settings["mqgate.accesscontrol.enabled"]):
+            access[name] = ServiceAccess(name, kind, None, audit=audit, clock=reactor)
+            continue
+        filename = settings[f"mqgate.{name}.accesscontrol.file.filename"] or default_name
+        path = os.path.join(directory, filename)
+        if path not in rule_sets:
+            try:
+                created = ensure_rule_file(path)
+            except OSError as e:
+                raise ConfigError("mqgate.accesscontrol.file.dirpath", directory,
+                                  "a directory where the access control file "
+                                  f"{filename} can be created ({e.strerror})") from None
+            for warning in created:
+                log.info("{warning}", warning=warning)
+            rule_sets[path] = RuleSet(path, audit=audit)
+        access[name] = ServiceAccess(name, kind, rule_sets[path], audit=audit,
+                                     clock=reactor)
+    if rule_sets:
+        RuleFileWatcher(rule_sets.values(), reactor).setServiceParent(top)
+        reloadables.add("rules", lambda: _reload_all(rule_sets.values()))
+    return access
+
+
+def _reload_all(rule_sets):
+    """Reload every rule file: C{(all ok, what happened to each)}."""
+    results = [rule_set.reload() for rule_set in rule_sets]
+    return all(ok for ok, _ in results), "; ".join(text for _, text in results)
 
 
 def _port_mapper(settings, reactor, registry):
@@ -356,7 +406,7 @@ def _store_backlog(settings):
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
-                     flusher, egress, admin_requests=None):
+                     flusher, egress, admin_requests=None, access=None):
     """The factory of one service: one protocol's, or a sniffing one over several."""
     kind, _transport = SERVICES[name]
     setup_timeout = settings["mqgate.authentication.client.response.timeout"]
@@ -370,6 +420,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
                 producer_credit=settings["mqgate.amqp.producer_credit"],
                 max_message_size=settings["mqgate.message.max_size"],
                 admin_only=(kind == "ADMIN"), service=name,
+                access=(access or {}).get(name),
                 admin_requests=admin_requests if kind == "ADMIN" else None,
                 store_backlog=_store_backlog(settings),
                 max_presettled_refusals=settings["mqgate.amqp.max_presettled_refusals"]))
@@ -382,6 +433,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
             max_unauthenticated_bytes=settings["mqgate.authentication.client.max_bytes"],
             glue_config=StompGlueConfig(
                 max_message_size=settings["mqgate.message.max_size"], service=name,
+                access=(access or {}).get(name),
                 store_backlog=_store_backlog(settings),
                 render_limits=RenderLimits(
                     max_value=settings["mqgate.stomp.mapping.max_value_size"],

@@ -6,6 +6,7 @@
     mqgate cmd show client-profile default detail
     mqgate cmd -b broker.example:7676 show client '*' stats queue
     mqgate cmd show client '*' slow-subscriber
+    mqgate cmd reload rules
 
 Like the source's imqcmd (FACTS 1.8): C{-b} names the broker's port mapper (default
 localhost and C{mqgate.portmapper.port}, 7676), which says where the C{admin} service
@@ -26,7 +27,7 @@ import sys
 
 from mqgate.admin.client import DEFAULT_TIMEOUT, AdminClient, AdminClientError, \
     find_service_port
-from mqgate.admin.requests import OK
+from mqgate.admin.requests import OK, RELOAD_USAGE
 from mqgate.admin.show import COMMANDS
 from mqgate.errors import ConfigError
 from mqgate.portmap.table import DEFAULT_PORT, MqAddressError, parse_mq_url
@@ -49,6 +50,8 @@ def add_parser(commands, common, settings_of):
     """
     listing = "\n".join(f"  {command.usage}\n      {command.help}"
                         for command in COMMANDS.values())
+    listing += (f"\n  {RELOAD_USAGE}\n      re-read now, and say what happened: rules "
+                "(the access control files), or all")
     parser = commands.add_parser(
         "cmd", help="send an admin command to a running broker (S11.1)",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -60,7 +60,7 @@ __all__ = [
     "ADMIN_ADDRESS", "OK", "BAD_REQUEST", "NOT_FOUND", "ERROR", "AdminError",
     "BadRequest", "NotFoundError", "Command", "AdminContext", "AdminRequest", "Reply",
     "parse_request", "request_body", "reply_message", "read_reply", "dispatch",
-    "AdminRequests", "AdminProducer",
+    "AdminRequests", "AdminProducer", "RELOAD_USAGE", "reload_commands",
 ]
 
 #: Reply statuses (the source's admin status codes, HTTP's numbers).
@@ -115,11 +115,14 @@ class AdminContext:
     @ivar broker: the core L{mqgate.core.broker.Broker}.
     @ivar clients: the L{mqgate.egress.clients.ClientRegistry}.
     @ivar profiles: the L{mqgate.egress.profiles.ProfileTable}.
+    @ivar reloadables: the L{mqgate.security.access_control.Reloadables} the C{reload}
+        command re-reads (access control rules, ...), or None.
     """
 
     broker: object
     clients: object
     profiles: object
+    reloadables: object = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,37 @@ def dispatch(commands, context, request):
         raise BadRequest(f"unknown command {request.verb!r} {request.object!r}; "
                          "known: " + "; ".join(known))
     return command.run(context, list(request.arguments))
+
+
+RELOAD_USAGE = "reload NAME | reload all"
+
+
+def reload_commands(names):
+    """The C{reload} commands: C{reload NAME} for each of C{names} (C{rules}: the
+    access control files, S4.5), and C{reload all}. Each re-reads at once and answers
+    what happened; a file refused keeps what was in force (the reply says why)."""
+    help_ = ("re-read now, and say what happened: " + ", ".join(names) +
+             " (all: every one of them)")
+    return {("reload", name): Command(RELOAD_USAGE, _reloader(name), help_)
+            for name in (*names, "all")}
+
+
+def _reloader(which):
+    def run(context, arguments):
+        if arguments:
+            raise BadRequest(f"reload takes no arguments; usage: {RELOAD_USAGE}")
+        if context.reloadables is None:
+            raise NotFoundError("this broker has nothing to reload")
+        results = context.reloadables.reload(None if which == "all" else which)
+        if not results:
+            raise NotFoundError(f"nothing called {which!r} to reload")
+        ok = all(result for _, result, _ in results)
+        text = "\n".join(f"{name}: {'reloaded' if result else 'REFUSED'}: {what}"
+                         for name, result, what in results)
+        data = [{"name": name, "ok": result, "text": what}
+                for name, result, what in results]
+        return Reply(text, data, OK if ok else ERROR)
+    return run
 
 
 def _correlation(message):

@@ -311,6 +311,11 @@ SERVICE_PROTOCOLS = {"stomp": "stomp", "admin": "amqp", "ssladmin": "amqp"}
 _PORT = Int(0, 65535)
 
 
+# A per-service switch that may be left empty to inherit the broker-wide one.
+_INHERITED_BOOL = Text(re.compile(r"(?i)true|false|"),
+                       "true, false, or empty (the broker-wide setting)")
+
+
 def _service_rows():
     """Rows for the port and bind address of each socket service (S1.4, S1.5).
 
@@ -501,6 +506,25 @@ KEYS = (
         "Directory of the password file; empty means VARHOME/instances/NAME/etc."),
     Key("mqgate.user_repository.file.filename", Text(), "passwd",
         "File name of the password file."),
+    # -- access control (S4.1, S4.5; mqgate.security.access) ---------------------------
+    Key("mqgate.accesscontrol.enabled", Bool(), "true",
+        "Check every connection, producer, consumer and auto-creation against the "
+        "access control file (S4.1)."),
+    *(Key(f"mqgate.{service}.accesscontrol.enabled", _INHERITED_BOOL, "",
+          f"Access control on the {service} service; empty means "
+          "mqgate.accesscontrol.enabled (S4.1).")
+      for service in SERVICES),
+    Key("mqgate.accesscontrol.file.dirpath", Text(), "",
+        "Directory of the access control file; empty means VARHOME/instances/NAME/etc "
+        "(S4.5)."),
+    Key("mqgate.accesscontrol.file.filename", Text(), "accesscontrol.properties",
+        "File name of the access control file, created with the shipped rules at the "
+        "first start; edits take effect within a second, or at once with `mqgate cmd "
+        "reload rules` (S4.5)."),
+    *(Key(f"mqgate.{service}.accesscontrol.file.filename", Text(), "",
+          f"Access control file of the {service} service, in the same directory; empty "
+          "means mqgate.accesscontrol.file.filename (S4.5).")
+      for service in SERVICES),
     Key("mqgate.authentication.anonymous.enabled", Bool(), "true",
         "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
     Key("mqgate.authentication.client.response.timeout", Seconds(0), "20",

@@ -560,6 +560,19 @@ class Broker:
 
     # -- introspection ----------------------------------------------------------------
 
+    def would_create(self, kind, name):
+        """Whether using C{kind} C{name} now would auto-create it (S2.5): it does not
+        exist, is not a topic pattern, and auto-creation of its kind is on.
+
+        Access control asks this before an attach or an anonymous-relay message, so
+        that auto-creating needs its own permission (S4.5); the core knows nothing of
+        the rules. A dict lookup: cheap enough for every message.
+        """
+        if kind == QUEUE:
+            return name not in self._queues and self.config.autocreate_queue
+        return (name not in self._topics and self.config.autocreate_topic
+                and not is_pattern(name))
+
     def queue(self, name):
         """The queue called C{name}. @raise NotFound: there is none."""
         try:

@@ -48,6 +48,7 @@ from mqgate.core.broker import (
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
+from mqgate.security.access import BROWSE, CONSUME, PRODUCE
 
 __all__ = ["ADMIN_ADDRESS", "AmqpBrokerSession", "GlueConfig"]
 
@@ -70,14 +71,17 @@ class GlueConfig:
         store before its producers' credit is withheld (L{StoreBacklog}).
     @ivar max_presettled_refusals: pre-settled messages a producer link may have
         refused in a row before it is detached (0: never detached).
+    @ivar access: the service's L{mqgate.security.access_control.ServiceAccess}, or
+        None (then C{admin_only} alone keeps non-admins off, S4.5).
     """
 
     __slots__ = ("producer_credit", "max_message_size", "admin_only", "service",
-                 "admin_requests", "store_backlog", "max_presettled_refusals")
+                 "admin_requests", "store_backlog", "max_presettled_refusals", "access")
 
     def __init__(self, producer_credit=1000, max_message_size=70 << 20, admin_only=False,
                  service="jms", admin_requests=None, store_backlog=(1000, 16 << 20),
-                 max_presettled_refusals=100):
+                 max_presettled_refusals=100, access=None):
+        self.access = access
         self.producer_credit = producer_credit
         self.max_message_size = max_message_size
         self.admin_only = admin_only
@@ -142,6 +146,7 @@ class AmqpBrokerSession(BrokerSession):
         self._credit_due = set()   # producer links that received messages (S2.7)
         self.backlog = StoreBacklog(*self.config.store_backlog)
         self._refusals = _PresettledRefusals(self)
+        self._unauthorized = None   # why the logged-in user may not use this service
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -166,12 +171,10 @@ class AmqpBrokerSession(BrokerSession):
         self._login(None if anonymous else event.username, event.password)
 
     def _authenticated(self, principal):
-        if self.config.admin_only and "admin" not in principal.groups:
-            self.log.info("refused {user} from {peer}: the {service} service is for the "
-                          "admin group", user=principal.name, peer=self.peer,
-                          service=self.config.service)
-            self._answer_sasl(False, "only users of group admin may use this service")
-            return
+        # S4.5: the login is good, but the user may not be allowed on this service: SASL
+        # succeeds, and the open is answered with a close saying so (an authorization
+        # error, which clients report as such, not a failed login).
+        self._unauthorized = _connection_refusal(self.config, principal, self.peer)
         self.principal = principal
         self._answer_sasl(True)
 
@@ -192,6 +195,11 @@ class AmqpBrokerSession(BrokerSession):
         if self.engine.state is not ConnectionState.OPEN_RCVD:
             return  # the peer closed in the same read, and the engine already answered
         self.container_id = event.open.container_id
+        if self._unauthorized is not None:
+            self.engine.open()
+            self.engine.close(c.UNAUTHORIZED_ACCESS, self._unauthorized)
+            self.engine.finished = True
+            return
         refused = self.register_client(self.container_id, "amqp", self.config.service)
         if refused is not None:
             self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
@@ -279,6 +287,10 @@ class AmqpBrokerSession(BrokerSession):
             raise _refusal(c.UNAUTHORIZED_ACCESS,
                            f"{source.address} takes admin requests; nothing can be "
                            "received from it (admin replies go to your reply-to)")
+        if not source.dynamic:
+            for operation in _consume_operations(source):
+                _check(self.authorize(source.address, source.capabilities or (),
+                                      operation))
         target = _ConsumerTarget(link, self.egress)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
@@ -329,8 +341,9 @@ class AmqpBrokerSession(BrokerSession):
             producer = _admin_producer(admin, self.principal, address)
         elif address is None:
             producer = _RelayGuard(self.broker.open_producer(None, backlog=self.backlog),
-                                   admin, self.principal)
+                                   admin, self.principal, self.produce_decisions())
         else:
+            _check(self.authorize(address, capabilities, PRODUCE))
             producer = self.broker.open_producer(address, capabilities,
                                                  backlog=self.backlog)
         link.context = producer
@@ -624,18 +637,23 @@ def _admin_producer(admin, principal, address):
 class _RelayGuard:
     """An anonymous (ANONYMOUS-RELAY) producer that keeps messages addressed C{to}
     L{ADMIN_ADDRESS} away from the core: the admin requests take them on an ADMIN
-    service, other services refuse them (S11.1). Everything else goes to the core."""
+    service, other services refuse them (S11.1). Everything else goes to the core,
+    once access control allows it (S4.5: per message by its C{to}, through the
+    connection's cached C{decisions}; a refused message is rejected, the link stays)."""
 
-    __slots__ = ("_core", "_admin", "_principal")
+    __slots__ = ("_core", "_admin", "_principal", "_decisions")
 
-    def __init__(self, core, admin, principal):
+    def __init__(self, core, admin, principal, decisions=None):
         self._core = core
         self._admin = admin
         self._principal = principal
+        self._decisions = decisions
 
     def send(self, message):
         if is_admin_address(message.to):
             return _admin_producer(self._admin, self._principal, message.to).send(message)
+        if self._decisions is not None and isinstance(message.to, str):
+            _check(self._decisions.check(message.to))
         return self._core.send(message)
 
     @property
@@ -684,6 +702,33 @@ def _is_subscription(link):
 
 def _refusal(condition, description):
     return ProtocolError(description, str(condition))
+
+
+def _check(denied):
+    """Raise the AMQP refusal of an access control denial (S4.5), if there is one."""
+    if denied is not None:
+        raise _refusal(c.UNAUTHORIZED_ACCESS, denied.description)
+
+
+# A source asking for copies (Part 3 section 3.5.3) is browsing; a queue's browse rule
+# applies. The core has no browsing consumer yet: a copying consumer takes the messages
+# like any other, so it needs the consume rule as well.
+_COPY = Symbol("copy")
+
+
+def _consume_operations(source):
+    return (BROWSE, CONSUME) if source.distribution_mode == _COPY else (CONSUME,)
+
+
+def _connection_refusal(config, principal, peer):
+    """Why C{principal} may not use this service (S4.5), or None."""
+    if config.access is not None:
+        denied = config.access.check_connection(principal, peer)
+        return None if denied is None else denied.description
+    if config.admin_only and "admin" not in principal.groups:
+        return (f"user {principal.name} may not connect to the {config.service} "
+                "service: it is for the admin group")
+    return None
 
 
 _DISPATCH = {

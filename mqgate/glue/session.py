@@ -7,11 +7,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqgate.amqp.message import check_sections
-from mqgate.core.addresses import AddressError, resolve
+from mqgate.core.addresses import QUEUE, AddressError, resolve
 from mqgate.core.message import BrokerMessage
 from mqgate.egress.clients import EgressClient
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import MESSAGE_TOO_BIG, Egress, EgressContext
+from mqgate.security.access import BROWSE, CONSUME
+from mqgate.security.access_control import RelayDecisions
 
 __all__ = ["ADMIN_ADDRESS", "BrokerSession", "broker_message", "is_admin_address"]
 
@@ -90,6 +92,38 @@ class BrokerSession:
 
     def _authenticated(self, principal):
         raise NotImplementedError
+
+    # -- access control (S4.5; mqgate.security.access_control) -----------------------
+
+    def locate(self, address, capabilities=()):
+        """C{(kind, name)} of an address, as the core resolves it."""
+        return resolve(address, capabilities, self.broker.config.default_type)
+
+    def authorize(self, address, capabilities, operation):
+        """None if this connection's user may do C{operation} on C{address} (creating
+        it too, when it does not exist yet), else the refusal, a
+        L{mqgate.security.access_control.Denied}.
+
+        @raise AddressError: the address names nothing.
+        """
+        access = getattr(self.config, "access", None)
+        if access is None or not access.enabled:
+            return None
+        kind, name = self.locate(address, capabilities)
+        if operation == BROWSE and kind != QUEUE:
+            operation = CONSUME   # topics have no browse rule (FACTS 1.3)
+        return access.check_destination(
+            self.principal, kind, name, operation,
+            not self.broker.would_create(kind, name), self.peer)
+
+    def produce_decisions(self):
+        """A L{mqgate.security.access_control.RelayDecisions} for this connection's
+        messages, or None when access control is off for its service."""
+        access = getattr(self.config, "access", None)
+        if access is None or not access.enabled:
+            return None
+        return RelayDecisions(access, self.principal, self.locate,
+                              self.broker.would_create, self.peer)
 
     def _not_authenticated(self, failure):
         raise NotImplementedError

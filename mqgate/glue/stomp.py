@@ -38,6 +38,7 @@ from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
     REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
 )
+from mqgate.security.access import CONSUME
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
@@ -64,10 +65,11 @@ class StompGlueConfig:
     """
 
     __slots__ = ("max_message_size", "service", "render_limits", "tx_limits",
-                 "store_backlog")
+                 "store_backlog", "access")
 
     def __init__(self, max_message_size=70 << 20, service="jms", render_limits=None,
-                 tx_limits=None, store_backlog=(1000, 16 << 20)):
+                 tx_limits=None, store_backlog=(1000, 16 << 20), access=None):
+        self.access = access   # the service's ServiceAccess, or None (S4.5)
         self.max_message_size = max_message_size
         self.service = service
         self.render_limits = render_limits or RenderLimits()
@@ -249,6 +251,7 @@ class StompBrokerSession(BrokerSession):
         self._waiting = None     # events read while one was blocked, or None (S2.7)
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
+        self._produce = None   # the SENDs' access decisions (S4.5), once logged in
 
     def next_ack_id(self):
         return f"{self._session_id}-{next(self._ack_ids)}"
@@ -284,6 +287,13 @@ class StompBrokerSession(BrokerSession):
         if self.engine.finished:
             return
         self.principal = principal
+        access = self.config.access
+        denied = access.check_connection(principal, self.peer) if access else None
+        if denied is not None:
+            self.engine.refuse(denied.description, denied.description)
+            self.request_flush()
+            return
+        self._produce = self.produce_decisions()
         refused = self.register_client(self.client_id, "stomp", self.config.service)
         if refused is not None:
             self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
@@ -349,6 +359,8 @@ class StompBrokerSession(BrokerSession):
     # -- sending -------------------------------------------------------------------------
 
     def _send(self, event):
+        if self._produce is not None:
+            _check(self._produce.check(event.destination))
         if event.transaction is not None:
             self._check_size(event)
             self._hold(event.transaction, self._publish, event, _frame_size(event))
@@ -459,6 +471,7 @@ class StompBrokerSession(BrokerSession):
         for name in _DURABLE_HEADERS:
             durable_name = durable_name or _header(event.headers, name)
         _refuse_admin_address(event.destination)
+        _check(self.authorize(event.destination, (), CONSUME))
         self.check_flows("egress", len(self.subscriptions))
         subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
         try:
@@ -633,6 +646,13 @@ def _refuse_admin_address(destination):
     if is_admin_address(destination):
         raise _Error("access refused", f"{destination} is reserved for admin requests "
                      "on the admin service (AMQP)")
+
+
+def _check(denied):
+    """An ERROR frame for an access control denial (S4.5): its C{message} says who may
+    not do what, and which rule says so."""
+    if denied is not None:
+        raise _Error(denied.description, denied.description)
 
 
 def _header(headers, name):

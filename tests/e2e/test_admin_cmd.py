@@ -108,12 +108,15 @@ def test_wrong_password_says_login_failed(broker, tmp_path):
 
 
 def test_non_admin_user_cannot_log_in_to_the_admin_service(broker, tmp_path):
-    """S4.5/S11.1: only the admin group may use the admin service: guest is refused."""
+    """S4.5/S11.1: only the admin group may use the admin service: guest logs in but
+    is refused by the rule connection.ADMIN, which the error names."""
     guest = tmp_path / "guest"
     guest.write_text("imq.imqcmd.password=guest\n", encoding="utf-8")
     result = mqgate_cmd(broker, guest, "show", "client-profile", "default", user="guest")
     assert result.returncode == 2
-    assert "not in group admin" in result.stderr
+    assert "user guest may not connect to the admin service (rule connection.ADMIN)" \
+        in result.stderr
+    assert "amqp:unauthorized-access" in result.stderr
 
 
 def test_connection_refused_names_the_address(passfile, tmp_path):

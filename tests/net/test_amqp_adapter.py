@@ -277,16 +277,22 @@ def test_anonymous_login_asks_the_authenticator(harness):
 
 
 def test_admin_only_service_refuses_a_user_outside_group_admin(tmp_path):
-    """On an admin service a user not in group admin gets SASL outcome auth (S1.1)."""
+    """On an admin service a user not in group admin logs in (SASL outcome ok), and
+    its open is answered with open and a close carrying amqp:unauthorized-access: an
+    authorization error, not a failed login (S1.1, S4.5)."""
     h = Harness(tmp_path)
     h.factory.glue_config = GlueConfig(admin_only=True, service="admin")
     peer = h.connect()
     peer.pump()
     h.authenticator.succeed_all(Principal("alice", {"user"}))
     h.clock.advance(0)
-    peer.collect()
-    assert [o.code for o in peer.performatives(SaslOutcome)] == [1]
-    assert peer.transport.disconnecting
+    peer.pump()
+    assert [o.code for o in peer.performatives(SaslOutcome)] == [0]
+    assert [type(p) for p in peer.performatives() if type(p) in (Open, Close)] == \
+        [Open, Close]
+    [close] = peer.performatives(Close)
+    assert close.error.condition == c.UNAUTHORIZED_ACCESS
+    assert "alice" in close.error.description and "admin" in close.error.description
 
 
 # -- timers -----------------------------------------------------------------------------
