@@ -224,8 +224,8 @@ class AdminClient:
         if kind is SaslCompleted and not event.ok:
             raise AdminClientError(
                 f"login to the admin service at {self.host}:{self.port} failed for user "
-                f"{self.user!r}: wrong user name or password, or the user is not in "
-                "group admin (only the admin group may use the admin service)")
+                f"{self.user!r}: wrong user name or password (the broker's log says "
+                "more)")
         if kind is ConnectionClosed or kind is SessionEnded or kind is LinkDetached:
             if event.error is not None:
                 raise AdminClientError(f"the broker refused: {event.error.description} "
