@@ -44,6 +44,8 @@ from mqgate.portmap.table import render_table
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
+from mqgate.security.ldap import (
+    PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
 from mqgate.security.passfile import find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
@@ -173,6 +175,10 @@ def _stored_messages(clock):
 
 
 def _authenticator(settings, reactor):
+    """The login checker of the configured user repository (S4.2), behind the login
+    guard, and the service running its thread pool."""
+    if settings["mqgate.authentication.basic.user_repository"] == "ldap":
+        return _ldap_authenticator(settings, reactor)
     path = settings.user_repository_path
     warnings = ensure_repository(path)
     repository = UserRepository.load(path)
@@ -190,6 +196,30 @@ def _authenticator(settings, reactor):
 
     checker = FileAuthenticator(
         repository, run_in_thread,
+        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+
+
+def _ldap_authenticator(settings, reactor):
+    """The LDAP repository (S4.4). Its checks wait on the network, not the CPU, so
+    they get a pool of their own sized by the LDAP setting rather than by the CPUs."""
+    principal = settings["mqgate.user_repository.ldap.principal"]
+    password = None
+    if principal:
+        password = find_password(settings, LDAP_PASSWORD_KEY,
+                                 f"Password of the LDAP principal {principal}: ")
+    config = LdapConfig.from_settings(settings, password)
+    log.info("users are checked against the LDAP directory {directory}",
+             directory=config.describe())
+    pool = ThreadPool(minthreads=0,
+                      maxthreads=settings["mqgate.user_repository.ldap.max_connections"],
+                      name="mqgate-ldap")
+
+    def run_in_thread(f, *args):
+        return deferToThreadPool(reactor, pool, f, *args)
+
+    checker = LdapAuthenticator(
+        LdapDirectory(config), run_in_thread, reactor,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
     return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
 
