@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["SUFFIX", "ROOT_DN", "ROOT_PASSWORD", "LdapServer", "LdapUnavailable",
+__all__ = ["SUFFIX", "ROOT_DN", "ROOT_PASSWORD", "PEOPLE", "GROUPS", "SERVICE_DN",
+           "SERVICE_PASSWORD", "JSMITH_DN", "SAMPLE_ENTRIES", "LdapServer", "LdapUnavailable",
            "find_slapd", "slapd_required", "start_for_test", "make_ca"]
 
 #: How long slapd may take to answer after it was started.
@@ -37,6 +38,49 @@ START_DEADLINE = 30.0
 SUFFIX = "dc=mqgate,dc=test"
 ROOT_DN = f"cn=root,{SUFFIX}"
 ROOT_PASSWORD = "root-secret"
+
+PEOPLE = f"ou=people,{SUFFIX}"
+GROUPS = f"ou=groups,{SUFFIX}"
+SERVICE_DN = f"cn=mqgate,ou=system,{SUFFIX}"
+SERVICE_PASSWORD = "service-secret"
+JSMITH_DN = f"cn=Smith\\, John,{PEOPLE}"
+
+
+def _person(uid, password, dn=None, **extra):
+    """An inetOrgPerson entry (dn, attributes) with C{uid} and C{password}."""
+    attributes = {"objectClass": ["inetOrgPerson"], "uid": uid, "cn": uid, "sn": uid,
+                  "userPassword": password, **extra}
+    return dn or f"uid={uid},{PEOPLE}", attributes
+
+
+def _unique_group(name, *members):
+    """A groupOfUniqueNames entry (uniqueMember, the default memattr)."""
+    return f"cn={name},{GROUPS}", {"objectClass": ["groupOfUniqueNames"], "cn": name,
+                                   "uniqueMember": list(members)}
+
+
+#: A small directory: users (alice in groups admin and staff, bob in staff and ops,
+#: jsmith with a comma in his DN, carol described as disabled, two entries named twin
+#: in different branches), groups, and a search principal for the broker.
+SAMPLE_ENTRIES = [
+    (f"ou=people,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "people"}),
+    (f"ou=others,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "others"}),
+    (f"ou=groups,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "groups"}),
+    (f"ou=system,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "system"}),
+    (SERVICE_DN, {"objectClass": ["organizationalRole", "simpleSecurityObject"],
+                  "cn": "mqgate", "userPassword": SERVICE_PASSWORD}),
+    _person("alice", "alice-pw"),
+    _person("bob", "bob-pw"),
+    _person("jsmith", "john-pw", dn=JSMITH_DN),
+    _person("carol", "carol-pw", description="disabled"),
+    _person("twin", "twin-pw"),
+    _person("twin", "twin-pw", dn=f"uid=twin,ou=others,{SUFFIX}"),
+    _unique_group("admin", f"uid=alice,{PEOPLE}"),
+    _unique_group("staff", f"uid=alice,{PEOPLE}", f"uid=bob,{PEOPLE}", JSMITH_DN),
+    (f"cn=ops,{GROUPS}", {"objectClass": ["groupOfNames"], "cn": "ops",
+                          "member": [f"uid=bob,{PEOPLE}"]}),
+]
+
 _SCHEMAS = ("core", "cosine", "inetorgperson", "nis")
 _MODULE_DIRS = ("/usr/lib/ldap", "/usr/lib/openldap", "/usr/lib64/openldap")
 _SCHEMA_DIRS = ("/etc/ldap/schema", "/etc/openldap/schema")
@@ -191,7 +235,10 @@ class LdapServer:
         if schemas is None:
             raise LdapUnavailable(f"no core.schema in any of {', '.join(_SCHEMA_DIRS)}")
         lines = [f"include {schemas}/{name}.schema" for name in _SCHEMAS]
-        lines += [f"pidfile {self._root}/slapd.pid",
+        # Like many directories in the field, accept an unauthenticated bind (a DN with
+        # an empty password) as a success: the broker must refuse empty passwords itself.
+        lines += ["allow bind_anon_dn",
+                  f"pidfile {self._root}/slapd.pid",
                   f"argsfile {self._root}/slapd.args"]
         if modules:   # else back_mdb is built in
             lines += [f"modulepath {modules}", "moduleload back_mdb"]

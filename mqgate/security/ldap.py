@@ -335,6 +335,9 @@ class LdapDirectory:
         @raise DirectoryUnavailable: no server answered.
         @raise DirectoryRefused: the search principal or the search was refused.
         """
+        if not password:
+            # An unauthenticated bind: success on many servers (RFC 4513 5.1.2).
+            raise AuthenticationFailed(username, "empty password")
         failures = []
         for server in self._servers_in_order():
             try:

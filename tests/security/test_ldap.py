@@ -17,55 +17,16 @@ from mqgate.security.auth import AuthenticationFailed, Principal
 from mqgate.security.ldap import (
     NOT_ANSWERING, DirectoryRefused, DirectoryUnavailable, LdapAuthenticator, LdapConfig,
     LdapDirectory, and_filter, escape_dn_value, escape_filter_value, parse_servers)
-from tests.ldapserver import SUFFIX, start_for_test
-
-PEOPLE = f"ou=people,{SUFFIX}"
-GROUPS = f"ou=groups,{SUFFIX}"
-SERVICE_DN = f"cn=mqgate,ou=system,{SUFFIX}"
-SERVICE_PASSWORD = "service-secret"
-JSMITH_DN = f"cn=Smith\\, John,{PEOPLE}"
-
-
-def person(uid, password, dn=None, **extra):
-    """An inetOrgPerson entry (dn, attributes) with C{uid} and C{password}."""
-    attributes = {"objectClass": ["inetOrgPerson"], "uid": uid, "cn": uid, "sn": uid,
-                  "userPassword": password, **extra}
-    return dn or f"uid={escape_dn_value(uid)},{PEOPLE}", attributes
-
-
-def unique_group(name, *members):
-    """A groupOfUniqueNames entry (uniqueMember, the default memattr)."""
-    return f"cn={name},{GROUPS}", {"objectClass": ["groupOfUniqueNames"], "cn": name,
-                                   "uniqueMember": list(members)}
-
-
-#: The directory every test here reads: users, groups, a search principal.
-ENTRIES = [
-    (f"ou=people,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "people"}),
-    (f"ou=others,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "others"}),
-    (f"ou=groups,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "groups"}),
-    (f"ou=system,{SUFFIX}", {"objectClass": ["organizationalUnit"], "ou": "system"}),
-    (SERVICE_DN, {"objectClass": ["organizationalRole", "simpleSecurityObject"],
-                  "cn": "mqgate", "userPassword": SERVICE_PASSWORD}),
-    person("alice", "alice-pw"),
-    person("bob", "bob-pw"),
-    person("jsmith", "john-pw", dn=JSMITH_DN),
-    person("carol", "carol-pw", description="disabled"),
-    person("twin", "twin-pw"),
-    person("twin", "twin-pw", dn=f"uid=twin,ou=others,{SUFFIX}"),
-    unique_group("admin", f"uid=alice,{PEOPLE}"),
-    unique_group("staff", f"uid=alice,{PEOPLE}", f"uid=bob,{PEOPLE}", JSMITH_DN),
-    (f"cn=ops,{GROUPS}", {"objectClass": ["groupOfNames"], "cn": "ops",
-                          "member": [f"uid=bob,{PEOPLE}"]}),
-]
-
+from tests.ldapserver import (
+    GROUPS, JSMITH_DN, PEOPLE, SAMPLE_ENTRIES, SERVICE_DN, SERVICE_PASSWORD, SUFFIX,
+    start_for_test)
 
 @pytest.fixture(scope="module")
 def slapd():
-    """A throw-away slapd holding L{ENTRIES}, for this module."""
+    """A throw-away slapd holding the sample directory, for this module."""
     server = start_for_test()
     try:
-        server.load(ENTRIES)
+        server.load(SAMPLE_ENTRIES)
         yield server
     finally:
         server.stop()
@@ -419,10 +380,15 @@ def test_next_server_is_tried_when_the_first_does_not_answer(slapd):
     assert ldap._servers_in_order()[0] == ("127.0.0.1", slapd.port)
 
 
-def test_stopped_server_times_out_and_recovers(slapd):
+@pytest.mark.parametrize("use_ssl", [False, True], ids=["ldap", "ldaps"])
+def test_stopped_server_times_out_and_recovers(slapd, use_ssl):
     """A slapd that stops answering (SIGSTOP) fails the check within about the timeout
-    with 'no answer'; after SIGCONT the same directory logs users in again."""
-    ldap = directory(slapd.address, timeout=1)
+    with 'no answer' (over LDAPS: in the TLS handshake); after SIGCONT the same
+    directory logs users in again."""
+    if use_ssl:
+        ldap = directory(slapd.ssl_address, timeout=1, ssl=True, ca_file=slapd.ca_file)
+    else:
+        ldap = directory(slapd.address, timeout=1)
     slapd.pause()
     try:
         started = time.monotonic()
@@ -445,3 +411,31 @@ def test_directory_threads_share_nothing_but_the_failure_list(slapd):
         names = list(pool.map(lambda login: ldap.check(*login)[1], logins))
     assert names == [user for user, _ in logins]
 
+
+
+def _raw_simple_bind(port, dn, password):
+    """Send one LDAPv3 simple bind by hand (ldap3 itself will not send an empty
+    password) and return the result code of the BindResponse."""
+    import socket
+
+    def tlv(tag, body):
+        assert len(body) < 128   # short-form lengths are enough here
+        return bytes([tag, len(body)]) + body
+
+    bind = tlv(0x60, tlv(0x02, b"\x03") + tlv(0x04, dn.encode()) + tlv(0x80, password))
+    message = tlv(0x30, tlv(0x02, b"\x01") + bind)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(message)
+        answer = s.recv(4096)
+    # 30 len 02 01 01 61 len 0a 01 <code> ...
+    return answer[answer.index(b"\x61") + 4]
+
+
+def test_the_directory_itself_accepts_an_empty_password(slapd):
+    """The test slapd, like many directories, answers a bind with a user's DN and an
+    empty password with success (an unauthenticated bind), while a wrong password is
+    refused: which is why the broker refuses empty passwords before binding."""
+    alice = f"uid=alice,{PEOPLE}"
+    assert _raw_simple_bind(slapd.port, alice, b"") == 0            # success
+    assert _raw_simple_bind(slapd.port, alice, b"wrong") == 49      # invalidCredentials
+    assert failed_reason(directory(slapd.address).check, "alice", "") == "empty password"
