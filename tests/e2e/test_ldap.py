@@ -178,3 +178,21 @@ def test_stopped_directory(broker_factory, slapd):
           f"ms over {len(probe.samples)} samples")
     with opened(broker, user="alice", password="alice-pw") as conn:
         assert round_trip(conn, body="after SIGCONT") == "after SIGCONT"
+
+
+@pytest.mark.parametrize("more,named", [
+    ({"mqgate.user_repository.ldap.base": ""}, "mqgate.user_repository.ldap.base"),
+    ({"mqgate.user_repository.ldap.principal": SERVICE_DN},
+     "mqgate.user_repository.ldap.password"),
+    ({"mqgate.user_repository.ldap.server": "host:port"},
+     "mqgate.user_repository.ldap.server"),
+])
+def test_unworkable_ldap_settings_stop_the_start(broker_factory, more, named):
+    """A broker on an LDAP repository that cannot work (no base, a principal without
+    its password in a password file, a bad server) exits at once naming the setting."""
+    broker = broker_factory(ldap_settings("127.0.0.1:1", **more), wait=False)
+    code = broker.wait_exit()
+    output = "".join(broker.output)
+    assert code != 0, output
+    assert named in output, output
+    assert "Traceback" not in output, output

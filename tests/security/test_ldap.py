@@ -156,6 +156,25 @@ def test_unworkable_settings_are_refused_at_start(change, setting):
     assert setting in str(info.value)
 
 
+def test_settings_are_read_from_the_properties():
+    """The mqgate.user_repository.ldap.* keys (or their imq. spelling) become the
+    repository's settings, the password coming from the caller (the password file)."""
+    from mqgate.config.settings import Settings
+    settings = Settings.from_properties([], {
+        "imq.user_repository.ldap.server": "ldap1 ldap2:1636",
+        "mqgate.user_repository.ldap.ssl.enabled": "true",
+        "mqgate.user_repository.ldap.base": PEOPLE,
+        "mqgate.user_repository.ldap.principal": SERVICE_DN,
+        "mqgate.user_repository.ldap.grpsearch": "true",
+        "mqgate.user_repository.ldap.memattr": "member",
+    }, varhome="/tmp")
+    config = LdapConfig.from_settings(settings, "pw")
+    assert config.servers == (("ldap1", 636), ("ldap2", 1636))
+    assert (config.base, config.principal, config.password) == (PEOPLE, SERVICE_DN, "pw")
+    assert (config.uidattr, config.gidattr, config.memattr) == ("uid", "cn", "member")
+    assert (config.grpsearch, config.ssl, config.timeout) == (True, True, 5)
+
+
 def test_password_is_not_in_repr():
     """The search principal's password never shows in the settings' repr (logs)."""
     config = LdapConfig(servers=(("h", 389),), principal="cn=x", password="s3cret")
