@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 __all__ = ["SUFFIX", "ROOT_DN", "ROOT_PASSWORD", "PEOPLE", "GROUPS", "SERVICE_DN",
-           "SERVICE_PASSWORD", "JSMITH_DN", "SAMPLE_ENTRIES", "LdapServer", "LdapUnavailable",
-           "find_slapd", "slapd_required", "start_for_test", "make_ca"]
+           "SERVICE_PASSWORD", "JSMITH_DN", "SAMPLE_ENTRIES", "LdapServer",
+           "LdapUnavailable", "find_slapd", "slapd_required", "start_for_test", "make_ca"]
 
 #: How long slapd may take to answer after it was started.
 START_DEADLINE = 30.0
@@ -148,7 +148,8 @@ def make_ca(directory, names=("127.0.0.1", "localhost")):
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (x509.CertificateBuilder()
-               .subject_name(name("mqgate test LDAP CA")).issuer_name(name("mqgate test LDAP CA"))
+               .subject_name(name("mqgate test LDAP CA"))
+               .issuer_name(name("mqgate test LDAP CA"))
                .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(validity[0]).not_valid_after(validity[1])
                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)

@@ -101,7 +101,8 @@ def escape_dn_value(value):
     for i, char in enumerate(value):
         if char == "\0":
             out.append("\\00")
-        elif char in ',+"\\<>;=' or (i == 0 and char in "# ") or (i == last and char == " "):
+        elif (char in ',+"\\<>;=' or (i == 0 and char in "# ")
+              or (i == last and char == " ")):
             out.append("\\" + char)
         else:
             out.append(char)
@@ -338,6 +339,11 @@ class LdapDirectory:
         if not password:
             # An unauthenticated bind: success on many servers (RFC 4513 5.1.2).
             raise AuthenticationFailed(username, "empty password")
+        if not username:
+            raise AuthenticationFailed(username, "unknown user")
+        if not (_is_utf8(username) and _is_utf8(password)):
+            # LDAP strings are UTF-8; a lone surrogate cannot be sent at all.
+            raise AuthenticationFailed(username, "user name or password not valid UTF-8")
         failures = []
         for server in self._servers_in_order():
             try:
@@ -394,7 +400,7 @@ class LdapDirectory:
                 raise AuthenticationFailed(username, reason)
             groups = self._find_groups(search, server, dn) if config.grpsearch else ()
         finally:
-            search.unbind()
+            _close(search)
         return dn, name, frozenset(groups)
 
     def _raise_refused(self, conn, server, setting):
@@ -427,8 +433,8 @@ class LdapDirectory:
     def _nowhere_dn(self):
         """A DN under the base that names nobody."""
         token = secrets.token_hex(16)
-        return f"{self._config.uidattr}={escape_dn_value('mqgate-no-such-user-' + token)}," \
-               f"{self._config.base}"
+        value = escape_dn_value("mqgate-no-such-user-" + token)
+        return f"{self._config.uidattr}={value},{self._config.base}"
 
     def _bind(self, server, dn, password):
         """None if C{dn} binds with C{password}, else (result code, description)."""
@@ -439,7 +445,7 @@ class LdapDirectory:
             result = conn.result or {}
             return result.get("result"), result.get("description") or "refused"
         finally:
-            conn.unbind()
+            _close(conn)
 
     def _find_groups(self, conn, server, dn):
         config = self._config
@@ -458,6 +464,23 @@ class LdapDirectory:
         return groups
 
 
+def _close(conn):
+    """Unbind and close C{conn}, whatever state it is in: called on the way out of a
+    check, where an error here must not hide the check's own outcome."""
+    try:
+        conn.unbind()
+    except Exception:   # a socket that timed out or was never opened; nothing to do
+        pass
+
+
+def _is_utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _spelling(entry, attribute, username):
     """The value of C{attribute} in C{entry} that equals C{username} but for case,
     else C{username}."""
@@ -471,8 +494,8 @@ def _spelling(entry, attribute, username):
 def _why(error):
     """A one-line account of a communication failure, for the operator."""
     text = str(error) or type(error).__name__
-    if isinstance(error, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text \
-            or "doesn't match any name" in text:
+    if (isinstance(error, ssl.SSLCertVerificationError)
+            or "CERTIFICATE_VERIFY_FAILED" in text or "doesn't match any name" in text):
         return ("the server's certificate was not accepted (check "
                 "mqgate.user_repository.ldap.ssl.ca_file and the server name): "
                 + text.splitlines()[0][:300])

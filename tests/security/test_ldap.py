@@ -18,7 +18,7 @@ from mqgate.security.ldap import (
     NOT_ANSWERING, DirectoryRefused, DirectoryUnavailable, LdapAuthenticator, LdapConfig,
     LdapDirectory, and_filter, escape_dn_value, escape_filter_value, parse_servers)
 from tests.ldapserver import (
-    GROUPS, JSMITH_DN, PEOPLE, SAMPLE_ENTRIES, SERVICE_DN, SERVICE_PASSWORD, SUFFIX,
+    GROUPS, PEOPLE, SAMPLE_ENTRIES, SERVICE_DN, SERVICE_PASSWORD, SUFFIX,
     start_for_test)
 
 @pytest.fixture(scope="module")
@@ -335,6 +335,16 @@ def test_search_principal_and_its_password(slapd):
     with pytest.raises(DirectoryRefused) as info:
         wrong.check("bob", "bob-pw")
     assert info.value.setting == "mqgate.user_repository.ldap.principal"
+
+
+@pytest.mark.parametrize("user,password", [("", "pw"), ("alice\udc80", "pw"),
+                                           ("alice", "pw\ud800")])
+def test_names_the_directory_cannot_take_are_refused_before_it(user, password):
+    """An empty user name and a lone surrogate (not UTF-8) are refused as
+    AuthenticationFailed without a connection (the server here does not exist)."""
+    ldap = directory("127.0.0.1:1")
+    with pytest.raises(AuthenticationFailed):
+        ldap.check(user, password)
 
 
 def test_wrong_password_and_unknown_user(slapd):
