@@ -29,9 +29,10 @@ C{run_in_thread} given), so the reactor never waits on the directory. Chosen ove
 ldaptor (Twisted-native) because ldap3 bounds both connecting (C{connect_timeout})
 and every answer, the TLS handshake included (C{receive_timeout}), does LDAPS with a
 chosen CA file and the host name checked, and is the more widely used and tested of
-the two; ldaptor has no timeout of its own (each operation would need a Deferred
-timeout and a dropped connection) and its LDAPS is an endpoint to assemble by hand.
-Both are in maintenance mode upstream (last releases 2021); ldap3 is in Debian and its
+the two; ldaptor's client has no timeout at all (none in 21.2.0's client or
+connector: each operation would need a Deferred timeout and a dropped connection of our
+own) and its LDAPS is an endpoint to assemble by hand. Both see little upstream work
+(last releases 2021); ldap3 is packaged by Debian (python3-ldap3 2.9.1) and its
 protocol layer has been stable for years. The cost of a thread per login in progress
 is bounded by C{mqgate.user_repository.ldap.max_connections}.
 
