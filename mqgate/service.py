@@ -218,10 +218,14 @@ def _ldap_authenticator(settings, reactor):
     def run_in_thread(f, *args):
         return deferToThreadPool(reactor, pool, f, *args)
 
+    directory = LdapDirectory(config)
     checker = LdapAuthenticator(
-        LdapDirectory(config), run_in_thread, reactor,
+        directory, run_in_thread, reactor,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
-    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+    # At stop, checks still queued or waiting on a silent directory end at once
+    # instead of holding the shutdown for their timeouts.
+    return (_login_guard(checker, settings, reactor),
+            _ThreadPoolService(pool, before_join=directory.close))
 
 
 def _check_threads(settings):
@@ -233,10 +237,15 @@ def _check_threads(settings):
 
 class _ThreadPoolService(service.Service):
     """Starts a thread pool with the broker and stops it (joining its threads) after
-    the services that use it, which stop first (they were started after it)."""
+    the services that use it, which stop first (they were started after it).
 
-    def __init__(self, pool):
+    @param before_join: called before the threads are joined, to cut short work that
+        would otherwise hold the stop (the LDAP checks of a silent directory).
+    """
+
+    def __init__(self, pool, before_join=None):
         self.pool = pool
+        self._before_join = before_join
 
     def startService(self):
         super().startService()
@@ -244,6 +253,8 @@ class _ThreadPoolService(service.Service):
 
     def stopService(self):
         super().stopService()
+        if self._before_join is not None:
+            self._before_join()
         self.pool.stop()
 
 

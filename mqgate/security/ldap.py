@@ -41,12 +41,17 @@ server that did not answer is tried last for L{RETRY_AFTER} seconds. When none
 answers within the timeout, the login fails with the reason C{"directory not
 answering"} and a warning names the servers and what went wrong.
 
+When the broker stops, L{LdapDirectory.close} fails the checks still waiting for a
+thread and shuts the sockets of those in progress, so that a silent directory cannot
+hold the shutdown for its timeouts.
+
 Nothing in this module touches the reactor; L{LdapDirectory} blocks and is meant for a
 thread, L{LdapAuthenticator} is called on the reactor thread.
 """
 
 import re
 import secrets
+import socket
 import ssl
 import threading
 import time
@@ -71,6 +76,8 @@ NOT_ANSWERING = "directory not answering"
 RETRY_AFTER = 30.0
 #: Seconds between two warnings about the same unanswering servers.
 WARN_EVERY = 60.0
+#: The log reason of a login cut short because the broker is stopping.
+STOPPING = "broker stopping"
 
 _DEFAULT_PORTS = {False: 389, True: 636}
 # RFC 4512 section 2.5: an attribute description is a descriptor or an OID, with options.
@@ -307,6 +314,10 @@ class DirectoryRefused(Exception):
         super().__init__(f"{server}: {why}")
 
 
+class _Stopping(Exception):
+    """A check found the directory closed (the broker is stopping)."""
+
+
 class LdapDirectory:
     """The blocking half: checks one login against the directory. Runs in a thread;
     several threads may use one instance at once (each check opens its own
@@ -323,6 +334,8 @@ class LdapDirectory:
         self._now = now
         self._lock = threading.Lock()
         self._failed_at = {}   # server -> when it last did not answer
+        self._open = set()     # connections of the checks in progress, for close()
+        self._closed = False
         self._tls = None
         if config.ssl:
             self._tls = ldap3.Tls(validate=ssl.CERT_REQUIRED,
@@ -340,6 +353,8 @@ class LdapDirectory:
         if not password:
             # An unauthenticated bind: success on many servers (RFC 4513 5.1.2).
             raise AuthenticationFailed(username, "empty password")
+        if self._closed:
+            raise AuthenticationFailed(username, STOPPING)
         if not username:
             raise AuthenticationFailed(username, "unknown user")
         if not (_is_utf8(username) and _is_utf8(password)):
@@ -349,14 +364,32 @@ class LdapDirectory:
         for server in self._servers_in_order():
             try:
                 return self._check_on(server, username, password)
+            except _Stopping:
+                raise AuthenticationFailed(username, STOPPING) from None
             except self._ldap3.core.exceptions.LDAPExceptionError as e:
                 # Communication, TLS and certificate errors: the next server may do.
                 failures.append((_host_port(server), _why(e)))
             except OSError as e:
                 failures.append((_host_port(server), _why(e)))
+            if self._closed:
+                raise AuthenticationFailed(username, STOPPING)
             with self._lock:
                 self._failed_at[server] = self._now()
         raise DirectoryUnavailable(failures)
+
+    def close(self):
+        """The broker is stopping: checks waiting for a thread fail at once, and the
+        connections of those in progress are shut, so that none waits out its timeout
+        on a directory that does not answer (the pool's threads are joined next).
+        Called from another thread than the checks'."""
+        with self._lock:
+            self._closed = True
+            connections = list(self._open)
+        for conn in connections:
+            try:
+                conn.socket.shutdown(socket.SHUT_RDWR)
+            except (AttributeError, OSError):   # not opened yet, or closed already
+                pass
 
     def _servers_in_order(self):
         """The configured order, with servers that did not answer lately moved last."""
@@ -373,14 +406,25 @@ class LdapDirectory:
                                   connect_timeout=self._config.timeout)
 
     def _connection(self, server, user=None, password=None):
+        """A new connection, known to L{close} until L{_release}d."""
         # auto_escape off: every value put in a filter here is escaped already, and
         # ldap3 would otherwise guess at backslashes. receive_timeout bounds each
         # answer, the TLS handshake included.
-        return self._ldap3.Connection(
+        conn = self._ldap3.Connection(
             self._server(server), user=user, password=password,
             authentication=self._ldap3.SIMPLE if user else self._ldap3.ANONYMOUS,
             receive_timeout=self._config.timeout, auto_escape=False,
             raise_exceptions=False, read_only=True, check_names=False)
+        with self._lock:
+            if self._closed:
+                raise _Stopping()
+            self._open.add(conn)
+        return conn
+
+    def _release(self, conn):
+        with self._lock:
+            self._open.discard(conn)
+        _close(conn)
 
     def _check_on(self, server, username, password):
         config = self._config
@@ -401,7 +445,7 @@ class LdapDirectory:
                 raise AuthenticationFailed(username, reason)
             groups = self._find_groups(search, server, dn) if config.grpsearch else ()
         finally:
-            _close(search)
+            self._release(search)
         return dn, name, frozenset(groups)
 
     def _raise_refused(self, conn, server, setting):
@@ -446,7 +490,7 @@ class LdapDirectory:
             result = conn.result or {}
             return result.get("result"), result.get("description") or "refused"
         finally:
-            _close(conn)
+            self._release(conn)
 
     def _find_groups(self, conn, server, dn):
         config = self._config

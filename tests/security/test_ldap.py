@@ -431,6 +431,38 @@ def test_stopped_server_times_out_and_recovers(slapd, use_ssl):
     assert ldap.check("bob", "bob-pw")[1] == "bob"
 
 
+def test_close_ends_checks_waiting_on_a_stopped_server(slapd):
+    """close() (the broker stopping) ends a check blocked on a silent directory at
+    once, long before its timeout, and any later check fails without connecting."""
+    import threading
+    ldap = directory(slapd.address, timeout=30)
+    outcome = []
+
+    def check():
+        try:
+            ldap.check("bob", "bob-pw")
+        except AuthenticationFailed as e:
+            outcome.append(e.reason)
+
+    slapd.pause()
+    try:
+        worker = threading.Thread(target=check)
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not ldap._open and time.monotonic() < deadline:   # the bind is out
+            time.sleep(0.01)
+        time.sleep(0.1)
+        started = time.monotonic()
+        ldap.close()
+        worker.join(5)
+        elapsed = time.monotonic() - started
+    finally:
+        slapd.resume()
+    assert outcome == ["broker stopping"]
+    assert elapsed < 1.0, elapsed
+    assert failed_reason(ldap.check, "bob", "bob-pw") == "broker stopping"
+
+
 def test_directory_threads_share_nothing_but_the_failure_list(slapd):
     """Checks from several threads at once all get their own answers right."""
     from concurrent.futures import ThreadPoolExecutor
