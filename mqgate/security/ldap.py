@@ -430,7 +430,7 @@ class LdapDirectory:
         config = self._config
         search = self._connection(server, config.principal or None, config.password)
         try:
-            if not search.bind():
+            if not _open_and_bind(search):
                 self._raise_refused(search, server, "mqgate.user_repository.ldap.principal")
             dn, name = self._find_user(search, server, username)
             if dn is None:
@@ -485,7 +485,7 @@ class LdapDirectory:
         """None if C{dn} binds with C{password}, else (result code, description)."""
         conn = self._connection(server, dn, password)
         try:
-            if conn.bind():
+            if _open_and_bind(conn):
                 return None
             result = conn.result or {}
             return result.get("result"), result.get("description") or "refused"
@@ -507,6 +507,20 @@ class LdapDirectory:
             values = entry.get("attributes", {}).get(config.gidattr, ())
             groups.update([values] if isinstance(values, str) else values)
         return groups
+
+
+def _open_and_bind(conn):
+    """Connect (and do the TLS handshake), then bind; whether the bind succeeded.
+
+    TCP_NODELAY in between: without it the bind request, the first small write after
+    the handshake, waits for the server's delayed ACK of the client's last handshake
+    message (about 40 ms on Linux, every LDAPS login)."""
+    conn.open()
+    try:
+        conn.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (AttributeError, OSError):   # not a TCP socket: nothing to tune
+        pass
+    return conn.bind()
 
 
 def _close(conn):
