@@ -47,6 +47,8 @@ from mqgate.security.audit import NO_AUDIT
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
+from mqgate.security.ldap import (
+    PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
 from mqgate.security.passfile import find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
@@ -176,6 +178,10 @@ def _stored_messages(clock):
 
 
 def _authenticator(settings, reactor):
+    """The login checker of the configured user repository (S4.2), behind the login
+    guard, and the service running its thread pool."""
+    if settings["mqgate.authentication.basic.user_repository"] == "ldap":
+        return _ldap_authenticator(settings, reactor)
     path = settings.user_repository_path
     warnings = ensure_repository(path)
     repository = UserRepository.load(path)
@@ -197,6 +203,34 @@ def _authenticator(settings, reactor):
     return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
 
 
+def _ldap_authenticator(settings, reactor):
+    """The LDAP repository (S4.4). Its checks wait on the network, not the CPU, so
+    they get a pool of their own sized by the LDAP setting rather than by the CPUs."""
+    principal = settings["mqgate.user_repository.ldap.principal"]
+    password = None
+    if principal:
+        password = find_password(settings, LDAP_PASSWORD_KEY,
+                                 f"Password of the LDAP principal {principal}: ")
+    config = LdapConfig.from_settings(settings, password)
+    log.info("users are checked against the LDAP directory {directory}",
+             directory=config.describe())
+    pool = ThreadPool(minthreads=0,
+                      maxthreads=settings["mqgate.user_repository.ldap.max_connections"],
+                      name="mqgate-ldap")
+
+    def run_in_thread(f, *args):
+        return deferToThreadPool(reactor, pool, f, *args)
+
+    directory = LdapDirectory(config)
+    checker = LdapAuthenticator(
+        directory, run_in_thread, reactor,
+        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    # At stop, checks still queued or waiting on a silent directory end at once
+    # instead of holding the shutdown for their timeouts.
+    return (_login_guard(checker, settings, reactor),
+            _ThreadPoolService(pool, before_join=directory.close))
+
+
 def _check_threads(settings):
     """Threads for password checks: the setting, or one fewer than the CPUs (at least
     one) when it is 0."""
@@ -206,10 +240,15 @@ def _check_threads(settings):
 
 class _ThreadPoolService(service.Service):
     """Starts a thread pool with the broker and stops it (joining its threads) after
-    the services that use it, which stop first (they were started after it)."""
+    the services that use it, which stop first (they were started after it).
 
-    def __init__(self, pool):
+    @param before_join: called before the threads are joined, to cut short work that
+        would otherwise hold the stop (the LDAP checks of a silent directory).
+    """
+
+    def __init__(self, pool, before_join=None):
         self.pool = pool
+        self._before_join = before_join
 
     def startService(self):
         super().startService()
@@ -217,6 +256,8 @@ class _ThreadPoolService(service.Service):
 
     def stopService(self):
         super().stopService()
+        if self._before_join is not None:
+            self._before_join()
         self.pool.stop()
 
 

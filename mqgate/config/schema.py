@@ -525,6 +525,49 @@ KEYS = (
           f"Access control file of the {service} service, in the same directory; empty "
           "means mqgate.accesscontrol.file.filename (S4.5).")
       for service in SERVICES),
+    # -- the LDAP user repository (S4.4), user_repository=ldap; its password is read as
+    # mqgate.user_repository.ldap.password from the password file only (S4.6) --
+    Key("mqgate.user_repository.ldap.server", Text(), "",
+        "Directory server as host:port (port 389, or 636 with ssl.enabled, when left "
+        "out), or several separated by spaces, tried in order (S4.4)."),
+    Key("mqgate.user_repository.ldap.principal", Text(), "",
+        "DN the broker binds as to search for users and groups; its password is "
+        "mqgate.user_repository.ldap.password in the password file "
+        "(mqgate.passfile.enabled). Empty: search anonymously."),
+    Key("mqgate.user_repository.ldap.base", Text(), "",
+        "DN under which users are searched (the whole subtree), such as "
+        "ou=people,dc=example,dc=com."),
+    Key("mqgate.user_repository.ldap.uidattr", Text(), "uid",
+        "Attribute holding the user name a client logs in with."),
+    Key("mqgate.user_repository.ldap.usrfilter", Text(), "",
+        "LDAP filter ANDed with the user search, such as (objectClass=inetOrgPerson); a "
+        "user it excludes cannot log in (the directory's way of making a user inactive)."),
+    Key("mqgate.user_repository.ldap.grpsearch", Bool(), "false",
+        "Look up the user's groups in the directory for access control: a member of "
+        "the directory group admin is in group admin. false: LDAP users are in no group."),
+    Key("mqgate.user_repository.ldap.grpbase", Text(), "",
+        "DN under which groups are searched; empty means the user base."),
+    Key("mqgate.user_repository.ldap.gidattr", Text(), "cn",
+        "Attribute holding a group's name."),
+    Key("mqgate.user_repository.ldap.memattr", Text(), "uniqueMember",
+        "Attribute of a group holding its members' DNs (uniqueMember for "
+        "groupOfUniqueNames, member for groupOfNames)."),
+    Key("mqgate.user_repository.ldap.grpfilter", Text(), "",
+        "LDAP filter ANDed with the group search, such as (objectClass=groupOfNames)."),
+    Key("mqgate.user_repository.ldap.timeout", Seconds(1, 600), "5",
+        "Seconds the broker waits to connect to a directory server and for each of its "
+        "answers before it tries the next server (or refuses the login as 'directory not "
+        "answering'). Short (OpenMQ waits 280): a directory answers in milliseconds, a "
+        "login does four or five operations, and the client gives up after "
+        "mqgate.authentication.client.response.timeout."),
+    Key("mqgate.user_repository.ldap.ssl.enabled", Bool(), "false",
+        "Talk to the directory over LDAPS (TLS from the first byte), verifying its "
+        "certificate and host name."),
+    Key("mqgate.user_repository.ldap.ssl.ca_file", Text(), "",
+        "PEM file of the CA certificates LDAPS trusts; empty means the system's CAs."),
+    Key("mqgate.user_repository.ldap.max_connections", Int(1, 1024), "8",
+        "Logins checked against the directory at once (each on a thread of its own with "
+        "its own connections); more wait their turn."),
     Key("mqgate.authentication.anonymous.enabled", Bool(), "true",
         "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
     Key("mqgate.authentication.client.response.timeout", Seconds(0), "20",
