@@ -538,6 +538,24 @@ KEYS = (
     Key("mqgate.authentication.failures.max_addresses", Int(1, 10000000), "10000",
         "Addresses with failed logins remembered at most (the least recent forgotten "
         "first)."),
+    # -- connection storms: the authentication cache, the listen backlog (S4.2) --
+    Key("mqgate.authentication.cache.enabled", Bool(), "true",
+        "Remember successful logins in memory (keyed by a salted digest of the user name "
+        "and password, never the password), so that clients reconnecting all at once "
+        "after a restart cost one password check per user, not one each. Failed logins "
+        "are never remembered."),
+    Key("mqgate.authentication.cache.ttl", Seconds(1, 86400), "60",
+        "Seconds a successful login is remembered. A change to the password file empties "
+        "the cache at once; a password changed or a user removed in an LDAP directory is "
+        "noticed within this time."),
+    Key("mqgate.authentication.cache.max_entries", Int(1, 10000000), "10000",
+        "Successful logins remembered at most (the least recently used forgotten first)."),
+    *(Key(f"mqgate.{service}.backlog", Int(1, 65535), "4096",
+          f"Connections the kernel holds for the {service} service until the broker "
+          "accepts them (the listen backlog; Linux caps it at net.core.somaxconn). Too "
+          "small a backlog leaves clients that connect all at once without an answer for "
+          "seconds while their connection attempts are retried.")
+      for service, (_kind, protocol) in SERVICES.items() if protocol in ("tcp", "tls")),
     # -- persistence: the store and the file store's knobs (S3.2, S3.3, S3.4) --
     Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
         "Where persistent messages, destinations and durable subscriptions are kept: "
