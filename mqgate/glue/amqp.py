@@ -174,6 +174,12 @@ class AmqpBrokerSession(BrokerSession):
         self.principal = principal
         self._answer_sasl(True)
 
+    def refuse_before_login(self, why):
+        # SASL has no capacity outcome: the login goes through unchecked and the
+        # connection is closed at its open with amqp:resource-limit-exceeded.
+        self._refused_before_login = why
+        self._answer_sasl(True)
+
     def _not_authenticated(self, failure):
         # The login guard logs failed logins within a budget; a flood must not
         # flood the log from here too.
@@ -191,7 +197,8 @@ class AmqpBrokerSession(BrokerSession):
         if self.engine.state is not ConnectionState.OPEN_RCVD:
             return  # the peer closed in the same read, and the engine already answered
         self.container_id = event.open.container_id
-        refused = self.register_client(self.container_id, "amqp", self.config.service)
+        refused = (getattr(self, "_refused_before_login", None)
+                   or self.register_client(self.container_id, "amqp", self.config.service))
         if refused is not None:
             self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
             self.engine.open()

@@ -22,11 +22,13 @@ C{rabbitmq_auth_backend_cache}:
 - B{single flight}: while a check is running, other logins with the same credentials
   wait for its outcome instead of starting their own, so ten thousand clients with one
   set of credentials cost one hash. Waiters are counted, and bounded like the checks;
-- B{failures are not cached, nor shared}: when a check fails (a wrong password, or a
-  refusal of the guard for the leader's address), each login that waited on it is
-  checked on its own, so every wrong password is checked, counted against its own
-  address and slowed down (L{mqgate.security.guard}); only a verified principal is
-  kept.
+- B{failures are not cached, nor shared}: when a check fails with a verdict (a wrong
+  password, an unknown or inactive user), each login that waited on it is checked on
+  its own, so every wrong password is checked, counted against its own address, slowed
+  down and logged (L{mqgate.security.guard}); when it was refused without a verdict
+  (L{LoginBusy}: the guard had no room, or the leader's address is slowed down), the
+  next waiter leads a new check and the others wait on that one. Only a verified
+  principal is kept.
 
 Anonymous logins cost no hash and pass through uncached. Time comes from an injected
 C{IReactorTime}.
@@ -43,6 +45,7 @@ from zope.interface import implementer
 
 from mqgate.errors import ConfigError
 from mqgate.security.auth import IAuthenticator
+from mqgate.security.guard import LoginBusy
 
 __all__ = ["AuthCache"]
 
@@ -137,9 +140,17 @@ class AuthCache:
         waiters = self._flights.pop(digest, [])
         self.waiting -= len(waiters)
         if isinstance(result, Failure):
-            for d, *login in waiters:
-                # The first becomes the next check; the others wait on that one.
-                self.authenticate(*login).chainDeferred(d)
+            if result.check(LoginBusy):
+                # No verdict on the credentials (the guard had no room, or the leader's
+                # address is slowed down): the first waiter leads the next check, the
+                # others wait on it.
+                for d, *login in waiters:
+                    self.authenticate(*login).chainDeferred(d)
+            else:
+                # A verdict: each waiter is checked on its own, as without the cache,
+                # so that each is counted, slowed down and logged with its address.
+                for d, *login in waiters:
+                    self._checker.authenticate(*login).chainDeferred(d)
             return result
         if generation == self._current_generation():
             self._remember(digest, result)

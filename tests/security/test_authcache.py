@@ -8,6 +8,7 @@ from zope.interface.verify import verifyObject
 from mqgate.errors import ConfigError
 from mqgate.security.auth import AuthenticationFailed, IAuthenticator, Principal
 from mqgate.security.authcache import AuthCache
+from mqgate.security.guard import LoginBusy
 
 
 class Checker:
@@ -169,29 +170,30 @@ def test_concurrent_logins_share_one_check(checker, clock):
 
 
 def test_waiters_on_a_failed_check_are_each_checked(checker, clock):
-    """When the shared check fails, every login that waited on it gets a check of its
-    own (with its own address), one after the other: failures are never shared."""
+    """When the shared check finds the password wrong, every login that waited on it
+    gets a check of its own, with its own address (counted and slowed down by the
+    guard as without the cache): failures are never shared."""
     cache = make(checker, clock)
     logins = [cache.authenticate("alice", "guess", f"10.0.0.{i}") for i in range(3)]
     checker.answer(0)
     assert isinstance(outcome(logins[0]), AuthenticationFailed)
-    assert [c[2] for c in checker.checks] == ["10.0.0.0", "10.0.0.1"]
+    assert [c[2] for c in checker.checks] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
+    assert outcome(logins[1]) is None
     checker.answer(1)
     checker.answer(2)
     assert all(isinstance(outcome(d), AuthenticationFailed) for d in logins)
-    assert [c[2] for c in checker.checks] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
 
 
 def test_waiters_on_a_refused_check_get_in_with_the_next(checker, clock):
-    """A leader refused by the guard (busy) does not refuse those waiting on it: the
-    next one is checked, and its success lets the rest in."""
+    """A leader refused by the guard without a verdict (busy) does not refuse those
+    waiting on it: the next one is checked, and its success lets the rest in."""
     cache = make(checker, clock)
     logins = [cache.authenticate("alice", "secret") for _ in range(5)]
-    checker.checks[0][4].errback(AuthenticationFailed("alice", "busy"))
+    checker.checks[0][4].errback(LoginBusy("alice"))
     assert len(checker.checks) == 2
     checker.answer(1)
     assert [type(outcome(d)).__name__ for d in logins] == (
-        ["AuthenticationFailed"] + ["Principal"] * 4)
+        ["LoginBusy"] + ["Principal"] * 4)
     assert len(checker.checks) == 2
 
 
