@@ -528,10 +528,11 @@ KEYS = (
         "Threads that run password checks; 0 means one fewer than the CPUs (at least "
         "one), so that a login flood always leaves a core to the broker's other work."),
     Key("mqgate.authentication.failures.free", Int(0, 1000000), "5",
-        "Failed logins from one address, within the window, that cost nothing; each "
-        "further attempt from it waits half a second, doubling up to the maximum delay."),
+        "Failed logins from one address that cost nothing (a token bucket per address, "
+        "given one back every window/free seconds); once they are spent, each further "
+        "attempt from it waits half a second, doubling up to the maximum delay."),
     Key("mqgate.authentication.failures.window", Seconds(1, 86400), "60",
-        "Seconds after its last failed login that an address is forgiven."),
+        "Seconds after its last failed login that an address is forgiven entirely."),
     Key("mqgate.authentication.failures.max_delay", Seconds(1, 3600), "10",
         "Longest wait, in seconds, imposed between two login attempts from an address "
         "with failed logins; keep it below the client response timeout."),
