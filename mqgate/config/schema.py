@@ -518,9 +518,12 @@ KEYS = (
         "amqp:resource-limit-exceeded), and the connection is dropped. A login is a few "
         "hundred bytes, a bearer token as password a few KiB."),
     Key("mqgate.authentication.max_unauthenticated", Int(1, 1000000), "128",
-        "Connections per service that may be open without having logged in yet; a new "
-        "socket past it is closed at once. Per service, so that idle sockets on one "
-        "service never take the admin service's room."),
+        "Connections per service that may be open without having logged in yet. While "
+        "they are all taken the service stops accepting, and new sockets wait in the "
+        "listen backlog for a login to finish; if none does for half a second (5 s "
+        "while some are logging in), new sockets are closed at once with an error. Per "
+        "service, so that idle sockets on one service never take the admin service's "
+        "room."),
     Key("mqgate.authentication.max_pending_checks", Int(1, 100000), "32",
         "Password checks (a deliberately slow hash each) running or queued at most, per "
         "service; a login past it is refused at once as 'broker busy, try again later'."),
