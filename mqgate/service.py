@@ -45,6 +45,7 @@ from mqgate.security.access_control import (
     Reloadables, RuleFileWatcher, RuleSet, ServiceAccess, ensure_rule_file)
 from mqgate.security.audit import NO_AUDIT
 from mqgate.security.auth import FileAuthenticator
+from mqgate.security.authcache import AuthCache
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
 from mqgate.security.ldap import (
@@ -200,7 +201,25 @@ def _authenticator(settings, reactor):
     checker = FileAuthenticator(
         repository, run_in_thread,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
-    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+    guard = _login_guard(checker, settings, reactor)
+    return _auth_cache(guard, settings, reactor), _ThreadPoolService(pool)
+
+
+def _auth_cache(authenticator, settings, reactor, generation=None):
+    """Successful logins remembered in front of C{authenticator} (S4.2), when enabled.
+
+    The cache goes outside the login guard: logins it answers, or that wait on another
+    login's check of the same credentials, cost no check and take none of the guard's
+    room; the checks it does ask for are bounded and slowed by the guard as before.
+    C{generation} returns the user repository's generation (the cache empties when it
+    changes); None: the cache only expires."""
+    if not settings["mqgate.authentication.cache.enabled"]:
+        return authenticator
+    extra = {} if generation is None else {"generation": generation}
+    return AuthCache(authenticator, reactor,
+                     ttl=settings["mqgate.authentication.cache.ttl"],
+                     max_entries=settings["mqgate.authentication.cache.max_entries"],
+                     **extra)
 
 
 def _ldap_authenticator(settings, reactor):
@@ -330,9 +349,10 @@ def build_broker(settings, reactor):
         factory = _service_factory(name, protocols, **shared)
         _attach_pool(top, name, factory, settings, reactor)
         if transport == "tls":
-            endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name))
+            endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name),
+                                       backlog=settings[f"mqgate.{name}.backlog"])
         else:
-            endpoint = endpoint_description(host, port)
+            endpoint = endpoint_description(host, port, settings[f"mqgate.{name}.backlog"])
         services.append(ConnectionService(
             name, reactor, endpoint, factory,
             protocol_name="+".join(p.upper() for p in protocols),

@@ -64,7 +64,8 @@ def warnings(events):
 
 def test_build_broker_returns_a_multiservice_with_jms_and_admin(tmp_path):
     """The default active list gives ConnectionServices "jms" and "admin", each a TCP
-    description on 127.0.0.1 with the OS-chosen port 0 (S1.1, S1.4, S1.5)."""
+    description on 127.0.0.1 with the OS-chosen port 0 and the default listen backlog
+    (S1.1, S1.4, S1.5)."""
     top, _reactor, _events = build(tmp_path)
     assert isinstance(top, BrokerService)
     assert isinstance(top, MultiService) and IServiceCollection.providedBy(top)
@@ -72,7 +73,7 @@ def test_build_broker_returns_a_multiservice_with_jms_and_admin(tmp_path):
     assert sorted(services) == ["admin", "jms"]
     for service in services.values():
         assert isinstance(service, ConnectionService)
-        assert service.endpoint == "tcp:port=0:interface=127.0.0.1"
+        assert service.endpoint == "tcp:port=0:interface=127.0.0.1:backlog=4096"
 
 
 def test_jms_sniffs_amqp_and_stomp_while_admin_speaks_amqp_only(tmp_path):
@@ -172,7 +173,7 @@ def test_a_failed_listen_stops_the_reactor_with_a_critical_message(tmp_path):
         top.startService()
     critical = [e for e in events if e["log_level"] == LogLevel.critical]
     assert [e["name"] for e in critical] == ["jms"]
-    assert "tcp:port=0:interface=127.0.0.1" == critical[0]["where"]
+    assert "tcp:port=0:interface=127.0.0.1:backlog=4096" == critical[0]["where"]
     assert reactor.hasStopped
 
 

@@ -585,9 +585,12 @@ KEYS = (
         "amqp:resource-limit-exceeded), and the connection is dropped. A login is a few "
         "hundred bytes, a bearer token as password a few KiB."),
     Key("mqgate.authentication.max_unauthenticated", Int(1, 1000000), "128",
-        "Connections per service that may be open without having logged in yet; a new "
-        "socket past it is closed at once. Per service, so that idle sockets on one "
-        "service never take the admin service's room."),
+        "Connections per service that may be open without having logged in yet. While "
+        "they are all taken the service stops accepting, and new sockets wait in the "
+        "listen backlog for a login to finish; if none does for half a second (5 s "
+        "while some are logging in), new sockets are closed at once with an error. Per "
+        "service, so that idle sockets on one service never take the admin service's "
+        "room."),
     Key("mqgate.authentication.max_pending_checks", Int(1, 100000), "32",
         "Password checks (a deliberately slow hash each) running or queued at most, per "
         "service; a login past it is refused at once as 'broker busy, try again later'."),
@@ -595,16 +598,35 @@ KEYS = (
         "Threads that run password checks; 0 means one fewer than the CPUs (at least "
         "one), so that a login flood always leaves a core to the broker's other work."),
     Key("mqgate.authentication.failures.free", Int(0, 1000000), "5",
-        "Failed logins from one address, within the window, that cost nothing; each "
-        "further attempt from it waits half a second, doubling up to the maximum delay."),
+        "Failed logins from one address that cost nothing (a token bucket per address, "
+        "given one back every window/free seconds); once they are spent, each further "
+        "attempt from it waits half a second, doubling up to the maximum delay."),
     Key("mqgate.authentication.failures.window", Seconds(1, 86400), "60",
-        "Seconds after its last failed login that an address is forgiven."),
+        "Seconds after its last failed login that an address is forgiven entirely."),
     Key("mqgate.authentication.failures.max_delay", Seconds(1, 3600), "10",
         "Longest wait, in seconds, imposed between two login attempts from an address "
         "with failed logins; keep it below the client response timeout."),
     Key("mqgate.authentication.failures.max_addresses", Int(1, 10000000), "10000",
         "Addresses with failed logins remembered at most (the least recent forgotten "
         "first)."),
+    # -- connection storms: the authentication cache, the listen backlog (S4.2) --
+    Key("mqgate.authentication.cache.enabled", Bool(), "true",
+        "Remember successful logins in memory (keyed by a salted digest of the user name "
+        "and password, never the password), so that clients reconnecting all at once "
+        "after a restart cost one password check per user, not one each. Failed logins "
+        "are never remembered."),
+    Key("mqgate.authentication.cache.ttl", Seconds(1, 86400), "60",
+        "Seconds a successful login is remembered. A change to the password file empties "
+        "the cache at once; a password changed or a user removed in an LDAP directory is "
+        "noticed within this time."),
+    Key("mqgate.authentication.cache.max_entries", Int(1, 10000000), "10000",
+        "Successful logins remembered at most (the least recently used forgotten first)."),
+    *(Key(f"mqgate.{service}.backlog", Int(1, 65535), "4096",
+          f"Connections the kernel holds for the {service} service until the broker "
+          "accepts them (the listen backlog; Linux caps it at net.core.somaxconn). Too "
+          "small a backlog leaves clients that connect all at once without an answer for "
+          "seconds while their connection attempts are retried.")
+      for service, (_kind, protocol) in SERVICES.items() if protocol in ("tcp", "tls")),
     # -- persistence: the store and the file store's knobs (S3.2, S3.3, S3.4) --
     Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
         "Where persistent messages, destinations and durable subscriptions are kept: "

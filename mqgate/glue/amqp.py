@@ -147,6 +147,7 @@ class AmqpBrokerSession(BrokerSession):
         self.backlog = StoreBacklog(*self.config.store_backlog)
         self._refusals = _PresettledRefusals(self)
         self._unauthorized = None   # why the logged-in user may not use this service
+        self._refused_before_login = None   # why it was turned away before its login
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -178,6 +179,12 @@ class AmqpBrokerSession(BrokerSession):
         self.principal = principal
         self._answer_sasl(True)
 
+    def refuse_before_login(self, why):
+        # SASL has no capacity outcome: the login goes through unchecked and the
+        # connection is closed at its open with amqp:resource-limit-exceeded.
+        self._refused_before_login = why
+        self._answer_sasl(True)
+
     def _not_authenticated(self, failure):
         # The login guard logs failed logins within a budget; a flood must not
         # flood the log from here too.
@@ -200,7 +207,8 @@ class AmqpBrokerSession(BrokerSession):
             self.engine.close(c.UNAUTHORIZED_ACCESS, self._unauthorized)
             self.engine.finished = True
             return
-        refused = self.register_client(self.container_id, "amqp", self.config.service)
+        refused = (self._refused_before_login
+                   or self.register_client(self.container_id, "amqp", self.config.service))
         if refused is not None:
             self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
             self.engine.open()

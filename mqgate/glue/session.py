@@ -83,6 +83,10 @@ class BrokerSession:
         flood on one service does not refuse another's logins."""
         source = self.peer.rpartition(":")[0] or None   # "host:port" -> host
         service = getattr(self.config, "service", None)
+        refused = self.login_refusal(username)
+        if refused is not None:
+            self.refuse_before_login(refused)
+            return
         if username is None:
             d = self.authenticator.authenticate_anonymous(source, service)
         else:
@@ -128,7 +132,34 @@ class BrokerSession:
     def _not_authenticated(self, failure):
         raise NotImplementedError
 
+    def refuse_before_login(self, why):
+        """Refuse the connection for capacity (C{why}) in the protocol's words, its
+        password unchecked: it would be refused after the check anyway."""
+        raise NotImplementedError
+
     # -- the client, as the egress layer and the admin commands see it (S9.7) ---------
+
+    def login_refusal(self, username):
+        """Why a login as C{username} would be refused for capacity after its password
+        check (the client profile's connections per user name are all taken), or None.
+
+        Asked before the check (S4.2): a connection that will be refused costs no
+        password hash, and is told at once. L{register_client} asks again after the
+        check, for logins that were checked side by side."""
+        if username is None:
+            return None
+        return self._profile_refusal(username)
+
+    def _profile_refusal(self, user):
+        context = self.context
+        profile = context.profiles.for_user(user)
+        if len(context.clients) < profile.max_connections_per_user:
+            return None   # fewer clients in all than the limit: no need to count
+        held = len(context.clients.by_user(user))
+        if held >= profile.max_connections_per_user:
+            return (f"user {user} already has {held} connections, the most client "
+                    f"profile {profile.name} allows (max_connections_per_user)")
+        return None
 
     def register_client(self, wanted_name, protocol, service):
         """List this connection in the client registry under its profile (S9.7).
@@ -138,11 +169,10 @@ class BrokerSession:
         """
         context = self.context
         user = self.principal.name if self.principal is not None else "anonymous"
+        refused = self._profile_refusal(user)
+        if refused is not None:
+            return refused
         profile = context.profiles.for_user(user)
-        held = len(context.clients.by_user(user))
-        if held >= profile.max_connections_per_user:
-            return (f"user {user} already has {held} connections, the most client "
-                    f"profile {profile.name} allows (max_connections_per_user)")
         self.egress.scheduler.apply_profile(profile)
         self.keepalive(profile.tcp_keepalive)
         self.client = EgressClient(

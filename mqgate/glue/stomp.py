@@ -303,6 +303,11 @@ class StompBrokerSession(BrokerSession):
         self.handle(self.engine.accept(self._session_id))
         self.request_flush()
 
+    def refuse_before_login(self, why):
+        self.log.info("refused {peer}: {why}", peer=self.peer, why=why)
+        self.engine.refuse("connection limit reached", why)
+        self.request_flush()
+
     def _not_authenticated(self, failure):
         # The login guard logs failed logins within a budget; a flood must not
         # flood the log from here too.

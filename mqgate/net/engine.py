@@ -204,8 +204,10 @@ class EngineProtocol(Protocol):
         self._schedule_tick(self._setup_deadline)
 
     def adopt_login_slot(self, slot):
-        """Keep the slot the sniffer took for this socket (see L{LoginSlots})."""
+        """Keep the slot the sniffer took for this socket (see L{LoginSlots}); its
+        first bytes told the sniffer the protocol, so the socket has spoken."""
         self._login_slot = slot
+        slot.heard()
 
     def _take_login_slot(self):
         """Our place among the service's unauthenticated sockets; False if none left."""
@@ -234,6 +236,8 @@ class EngineProtocol(Protocol):
                 self._drain_stopped = True
                 self.transport.pauseProducing()
             return
+        if self._login_slot is not None:
+            self._login_slot.heard()   # logging in: its slot frees soon (AcceptPacer)
         if self._lane is not None:
             self._lane.received(data)
         else:

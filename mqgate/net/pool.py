@@ -62,7 +62,8 @@ from mqgate.security.guard import LogBudget
 __all__ = [
     "DEDICATED", "SHARED", "WORKERS_PER_CONNECTION", "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_TURN_BUDGET", "DEFAULT_BACKLOG_LIMIT", "PoolConfig", "ServicePool",
-    "Distributor", "RefusalGate", "LoginSlots",
+    "Distributor", "RefusalGate", "LoginSlots", "AcceptPacer", "ACCEPT_GRACE",
+    "ACCEPT_PATIENCE", "ACCEPT_BATCH",
 ]
 
 DEDICATED = "dedicated"
@@ -461,8 +462,26 @@ class LoginSlots:
         self.service = service
         self.limit = limit
         self.held = 0
+        self.heard = 0     # slots of sockets that have sent something (logging in)
         self.refused = 0
         self._log_budget = LogBudget(clock, lines=5, interval=60.0)
+        self._room_watchers = []
+
+    @property
+    def free(self):
+        """Slots a new socket could take now."""
+        return max(0, self.limit - self.held)
+
+    def when_room(self, callback):
+        """Call C{callback()} each time a slot frees while all were taken (an
+        L{AcceptPacer} resumes accepting then)."""
+        self._room_watchers.append(callback)
+
+    def _given_back(self):
+        self.held -= 1
+        if self.held == self.limit - 1:
+            for callback in self._room_watchers:
+                callback()
 
     def take(self):
         """A slot for a new socket (C{release()} it), or None: refuse the socket now."""
@@ -491,15 +510,133 @@ class LoginSlots:
 class _LoginSlot:
     """One socket's place among the unauthenticated; released once, whatever calls."""
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_slots", "_heard")
 
     def __init__(self, slots):
         self._slots = slots
+        self._heard = False
+
+    def heard(self):
+        """The socket has sent something: it is logging in, not just holding a slot."""
+        if not self._heard and self._slots is not None:
+            self._heard = True
+            self._slots.heard += 1
 
     def release(self):
         slots, self._slots = self._slots, None
         if slots is not None:
-            slots.held -= 1
+            if self._heard:
+                slots.heard -= 1
+            slots._given_back()
+
+
+#: Seconds a service whose login slots are all taken by silent sockets stops accepting,
+#: waiting for one to free, before it accepts again and refuses at once what finds no
+#: slot: sockets that hold slots without a word may do so until the login deadline, and
+#: the clients behind them are told soon.
+ACCEPT_GRACE = 0.5
+#: The same when some of the slots' sockets are logging in: each of those frees its slot
+#: once its password is checked (a tenth of a second or so, or much less from the
+#: authentication cache), and during a connection storm the first checks hold the slots
+#: of everyone waiting for them. Past this, the checks are stuck: refuse.
+ACCEPT_PATIENCE = 5.0
+#: Sockets a service accepts per reactor turn at most. Each costs the broker a
+#: connection's set-up now and its login a moment later (about a millisecond together):
+#: Twisted's own batch grows without bound under load, and a turn that sets up hundreds
+#: of connections keeps every other client waiting for its length. 32 keep a turn within
+#: a few tens of milliseconds and still take in thousands of sockets a second.
+ACCEPT_BATCH = 32
+
+
+class AcceptPacer:
+    """Accept a service's sockets no faster than its login slots free up (S4.2).
+
+    Twisted accepts up to a hundred sockets and more in one go, growing with the load;
+    in a connection storm the service would take thousands at once, all of them
+    needing a slot before they can log in, and refuse most of them at once although
+    the logins ahead of them would be done a moment later. The pacer instead:
+
+    - bounds each accept round by L{ACCEPT_BATCH} and by the slots free (at least one
+      socket, so that a full service still answers);
+    - stops accepting when no slot is free: new sockets wait in the kernel's listen
+      queue (C{mqgate.SERVICE.backlog}) instead of being refused, and accepting
+      resumes as soon as a slot frees;
+    - when no slot has freed for L{ACCEPT_GRACE} seconds and the sockets holding them
+      have all been silent (or for L{ACCEPT_PATIENCE} seconds while some of them are
+      logging in), the slots are not freeing: it accepts again, and each socket that
+      finds no slot is refused at once with its protocol's error, as before pacing.
+
+    @param slots: the service's L{LoginSlots}.
+    @param clock: an C{IReactorTime}.
+    """
+
+    def __init__(self, slots, clock, grace=ACCEPT_GRACE, patience=ACCEPT_PATIENCE,
+                 batch=ACCEPT_BATCH):
+        self._slots = slots
+        self._clock = clock
+        self.batch = batch
+        self.grace = grace
+        self.patience = patience
+        self._port = None
+        self._read = None
+        self._waiting = None    # the grace timer while accepting is stopped
+        self._refusing = False  # the grace ran out: accept, and refuse, until a slot frees
+        self._stopped_at = 0.0
+        self.pauses = 0
+        slots.when_room(self._room)
+
+    def attach(self, port):
+        """Pace C{port}, a listening C{twisted.internet.tcp.Port}; a port of another
+        kind (no accept rounds to bound) is left alone."""
+        if not all(hasattr(port, name) for name in
+                   ("doRead", "numberAccepts", "stopReading", "startReading")):
+            return
+        self._port, self._read = port, port.doRead
+        port.doRead = self._accept_round   # the reactor looks it up on the instance
+
+    def detach(self):
+        """Stop pacing (the port is closing)."""
+        self._cancel()
+        if self._port is not None:
+            self._port.__dict__.pop("doRead", None)
+            self._port = None
+
+    def _accept_round(self):
+        free = self._slots.free
+        if free or self._refusing:
+            self._port.numberAccepts = max(1, min(self._port.numberAccepts, self.batch,
+                                                  free or self.batch))
+            self._read()
+            return
+        # Full: let the kernel hold the next sockets while the slots' logins finish.
+        self.pauses += 1
+        self._port.stopReading()
+        self._stopped_at = self._clock.seconds()
+        self._waiting = self._clock.callLater(self.grace, self._grace_over)
+
+    def _grace_over(self):
+        self._waiting = None
+        waited = self._clock.seconds() - self._stopped_at
+        if self._slots.heard and waited < self.patience:
+            # Some of them are logging in: give their checks the time they take.
+            self._waiting = self._clock.callLater(self.patience - waited,
+                                                  self._grace_over)
+            return
+        self._refusing = True
+        if self._port is not None:
+            self._port.startReading()
+
+    def _room(self):
+        self._refusing = False
+        if self._waiting is not None:
+            self._cancel()
+            if self._port is not None:
+                self._port.startReading()
+
+    def _cancel(self):
+        if self._waiting is not None and self._waiting.active():
+            self._waiting.cancel()
+        self._waiting = None
 
 
 # Events a refused connection answers without its glue: AMQP can only close once SASL

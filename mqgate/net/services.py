@@ -8,6 +8,7 @@ from twisted.application import service
 from twisted.internet import endpoints
 from twisted.logger import Logger
 
+from mqgate.net.pool import AcceptPacer
 from mqgate.portmap.table import ServiceEntry
 
 __all__ = ["ConnectionService", "ServiceRegistry", "endpoint_description"]
@@ -64,6 +65,7 @@ class ConnectionService(service.Service):
         self.entry = entry
         self.address = None
         self._port = None
+        self._pacer = None
 
     def startService(self):
         """Start listening; a failure to bind stops the broker with a message."""
@@ -78,6 +80,11 @@ class ConnectionService(service.Service):
     def _listening(self, port):
         self._port = port
         self.address = port.getHost()
+        slots = getattr(self.factory, "login_slots", None)
+        if slots is not None:
+            # S4.2: accept no faster than logins free the service's slots.
+            self._pacer = AcceptPacer(slots, self._reactor)
+            self._pacer.attach(port)
         if self.registry is not None and self.entry is not None:
             transport, kind = self.entry
             self.registry.register(ServiceEntry(self.name, transport, kind,
@@ -101,6 +108,9 @@ class ConnectionService(service.Service):
         shutdown = getattr(self.factory, "shutdown", None)
         if shutdown is not None:
             shutdown()
+        if self._pacer is not None:
+            self._pacer.detach()
+            self._pacer = None
         if self._port is not None:
             port, self._port = self._port, None
             return port.stopListening()

@@ -11,10 +11,12 @@ real authenticator and adds three rules:
   at a time; one more is refused at once with L{LoginBusy} ("the broker is busy, try
   again"), which costs nothing. Per service, so that a flood on one service never
   refuses the logins of another (the admin service stays reachable);
-- B{slowed failures} (L{FailureThrottle}): after C{free_failures} failed logins from one
-  address within C{window} seconds, each further attempt from it waits before it is
-  checked, twice as long each time up to C{max_delay}, and attempts from one address
-  wait one behind the other. Once an address has failed, its attempts still being
+- B{slowed failures} (L{FailureThrottle}): a token bucket per address. Each address
+  has C{free_failures} failed logins that cost nothing, and gets one back every
+  C{window / free_failures} seconds (all of them after C{window} seconds without a
+  failure); an address that fails no faster than that is never slowed. Once they are
+  spent, each further attempt from it waits before it is checked, twice as long each
+  time up to C{max_delay}, and attempts from one address wait one behind the other. Once an address has failed, its attempts still being
   checked count as failures to come, so that opening many connections at once buys it
   no more free guesses; an address without failures is not held back, so that many
   clients behind one address may all log in at once (after a broker restart, say).
@@ -68,8 +70,9 @@ class FailureThrottle:
     """Failed logins per source address, and how long the next attempt must wait.
 
     @param clock: an C{IReactorTime}.
-    @param free_failures: failures within C{window} that cost nothing.
-    @param window: seconds after its last failure an address is forgiven.
+    @param free_failures: failures that cost nothing: the bucket's size.
+    @param window: seconds after its last failure an address is forgiven; one failure
+        is forgiven every C{window / free_failures} seconds meanwhile (the refill).
     @param first_delay: the wait after the first failure beyond the free ones; each
         further one doubles it.
     @param max_delay: the longest wait between two attempts from one address.
@@ -87,6 +90,8 @@ class FailureThrottle:
         self.max_delay = max_delay
         self.max_sources = max_sources
         self._sources = collections.OrderedDict()   # source -> _Record, oldest first
+        # Seconds after which one failure of an address no longer counts.
+        self.refill = window / free_failures if free_failures else None
 
     def __len__(self):
         return len(self._sources)
@@ -116,6 +121,8 @@ class FailureThrottle:
         """An attempt from C{source} failed."""
         record = self._touch(source)
         record.in_flight = max(0, record.in_flight - 1)
+        if not record.failures:
+            record.refilled = record.last   # the refill counts from the first failure
         record.failures += 1
 
     def settled(self, source):
@@ -142,20 +149,29 @@ class FailureThrottle:
 
     def _current(self, source):
         record = self._sources.get(source)
-        if record is not None and self._clock.seconds() - record.last >= self.window:
+        if record is None:
+            return None
+        now = self._clock.seconds()
+        if now - record.last >= self.window:
             del self._sources[source]   # forgiven
             return None
+        if record.failures and self.refill:
+            earned = int((now - record.refilled) // self.refill)
+            if earned:
+                record.failures = max(0, record.failures - earned)
+                record.refilled += earned * self.refill
         return record
 
 
 class _Record:
-    __slots__ = ("failures", "in_flight", "last", "next_turn")
+    __slots__ = ("failures", "in_flight", "last", "next_turn", "refilled")
 
     def __init__(self):
         self.failures = 0
         self.in_flight = 0     # admitted attempts not ended yet
         self.last = 0.0        # last activity: the window counts from here
         self.next_turn = 0.0
+        self.refilled = 0.0    # when the bucket last got a failure back
 
 
 class LogBudget:

@@ -247,6 +247,40 @@ def test_an_address_is_forgiven_after_the_window():
     assert throttle.failures("a") == 0 and throttle.admit("a") == 0
 
 
+def test_the_bucket_gives_one_failure_back_every_window_per_free_failures():
+    """A token bucket: with 3 free failures in a 60 s window, one failure stops counting
+    every 20 s even while the address keeps trying."""
+    clock = task.Clock()
+    throttle = FailureThrottle(clock, free_failures=3, window=60)
+    for _ in range(4):
+        throttle.failed("a")
+    assert throttle.admit("a") > 0
+    throttle.settled("a")
+    clock.advance(19)
+    assert throttle.failures("a") == 4
+    clock.advance(1)
+    assert throttle.failures("a") == 3
+    clock.advance(20)
+    assert throttle.failures("a") == 2
+
+
+def test_an_address_failing_slower_than_the_refill_is_never_slowed():
+    """An address that fails once every 25 s (the bucket refills one every 20 s) is
+    never made to wait, however long it goes on; one failing every 10 s is."""
+    clock = task.Clock()
+    throttle = FailureThrottle(clock, free_failures=3, window=60)
+    for _ in range(20):
+        assert throttle.admit("slow") == 0
+        throttle.failed("slow")
+        clock.advance(25)
+    waits = []
+    for _ in range(20):
+        waits.append(throttle.admit("fast"))
+        throttle.failed("fast")
+        clock.advance(10)
+    assert waits[:3] == [0, 0, 0] and max(waits) > 0
+
+
 def test_the_table_of_addresses_is_bounded():
     """A flood from many addresses keeps at most max_sources of them, forgetting the
     least recently failed first."""
