@@ -9,6 +9,7 @@ the slowest slow subscribers to disconnect. Pure objects: the adapter supplies t
 scheduler, the meter and the way to disconnect.
 """
 
+import collections
 import fnmatch
 import itertools
 
@@ -74,6 +75,10 @@ class ClientRegistry:
     def __init__(self):
         self._clients = {}
         self._suffixes = itertools.count(2)
+        # Connections per user name, kept as clients come and go: every login asks
+        # (S9.7's max connections per user), and a login storm of thousands of
+        # clients must not walk the whole registry each time.
+        self._per_user = collections.Counter()
 
     def __len__(self):
         return len(self._clients)
@@ -95,11 +100,17 @@ class ClientRegistry:
         if client.name in self._clients:
             raise ValueError(f"a client named {client.name!r} is already connected")
         self._clients[client.name] = client
+        self._per_user[client.user] += 1
 
     def remove(self, client):
         """Forget C{client} (its connection went); unknown clients are ignored."""
         if self._clients.get(client.name) is client:
             del self._clients[client.name]
+            left = self._per_user[client.user] - 1
+            if left:
+                self._per_user[client.user] = left
+            else:
+                del self._per_user[client.user]
 
     def get(self, name):
         """The client called C{name}, or None."""
@@ -118,6 +129,10 @@ class ClientRegistry:
     def by_user(self, user):
         """Clients logged in as C{user} (S9.7's max connections per user name)."""
         return [c for c in self._clients.values() if c.user == user]
+
+    def count_user(self, user):
+        """How many clients are logged in as C{user}, in O(1)."""
+        return self._per_user[user]
 
     @property
     def queued_bytes(self):

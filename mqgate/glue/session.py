@@ -153,9 +153,7 @@ class BrokerSession:
     def _profile_refusal(self, user):
         context = self.context
         profile = context.profiles.for_user(user)
-        if len(context.clients) < profile.max_connections_per_user:
-            return None   # fewer clients in all than the limit: no need to count
-        held = len(context.clients.by_user(user))
+        held = context.clients.count_user(user)
         if held >= profile.max_connections_per_user:
             return (f"user {user} already has {held} connections, the most client "
                     f"profile {profile.name} allows (max_connections_per_user)")

@@ -36,9 +36,13 @@ def test_patterns_users_and_removal():
     assert registry.matching("*") == [a, b, c]
     assert registry.matching("x") == [c] and registry.matching("y") == []
     assert registry.by_user("alice") == [a, c]
+    assert registry.count_user("alice") == 2 and registry.count_user("carol") == 0
     registry.remove(a)
     registry.remove(a)        # twice is harmless
     assert registry.get("orders-1") is None and len(registry) == 2
+    assert registry.count_user("alice") == 1
+    registry.remove(c)
+    assert registry.count_user("alice") == 0
 
 
 def test_queued_bytes_sum_every_client():
