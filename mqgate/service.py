@@ -44,7 +44,7 @@ from mqgate.portmap.table import render_table
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
-from mqgate.security.passfile import find_password
+from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
 from mqgate.store.factory import open_store
@@ -235,6 +235,8 @@ def _login_guard(checker, settings, reactor):
 def build_broker(settings, reactor):
     """Build the broker's MultiService from C{settings}; C{reactor} is the clock and I/O."""
     _instance_dir(settings)
+    if settings["mqgate.passfile.enabled"]:
+        check_passfile(settings.passfile_path)   # S4.6: not one others can read
     store_service = open_store(settings, reactor)   # S3.2; recovered in startService
     broker = Broker(reactor, CoreConfig(
         autocreate_queue=settings["mqgate.autocreate.queue"],
