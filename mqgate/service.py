@@ -41,6 +41,8 @@ from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
+from mqgate.security.audit import (
+    NO_AUDIT, AuditingAuthenticator, AuditTrail, LogSink, RotatingFile)
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
@@ -69,6 +71,8 @@ class BrokerService(service.MultiService):
     """
 
     store_service = None
+    #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
+    audit = NO_AUDIT
 
     def __init__(self, settings, broker, flusher, reactor):
         super().__init__()
@@ -85,6 +89,7 @@ class BrokerService(service.MultiService):
                  home=self.settings.instance_dir)
         self._reactor.callWhenRunning(self._running)
         if self.store_service is None:
+            self._audit_destinations()
             super().startService()
             self._started = defer.succeed(None)
             return
@@ -106,6 +111,17 @@ class BrokerService(service.MultiService):
                  durables=summary.durables, store=self.store_service.description)
         for warning in summary.warnings:
             log.warn("store recovery: {warning}", warning=warning)
+        self._audit_destinations()
+
+    def _audit_destinations(self):
+        # After recovery: the destinations restored were audited when they were made.
+        audit = self.audit
+
+        def on_destination(event, kind, name, user):
+            audit.record(f"destination.{event}", "ok", user=user, dest_type=kind,
+                         name=name)
+
+        self.broker.on_destination = on_destination
 
     def _not_recovered(self, failure):
         self._unrecovered = True
@@ -175,7 +191,12 @@ def _stored_messages(clock):
 def _authenticator(settings, reactor):
     path = settings.user_repository_path
     warnings = ensure_repository(path)
-    repository = UserRepository.load(path)
+
+    def warn(message):
+        # Called on a login thread when a changed repository does not parse.
+        reactor.callFromThread(log.warn, "{warning}", warning=message)
+
+    repository = UserRepository.load(path, warn=warn)
     warnings += default_password_warnings(repository)
     for warning in warnings:
         log.warn("{warning}", warning=warning)
@@ -192,6 +213,27 @@ def _authenticator(settings, reactor):
         repository, run_in_thread,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
     return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+
+
+def _audit_trail(settings, reactor):
+    """The audit trail (S4.8) and the thread pool its file is written on (or None)."""
+    if not settings["mqgate.audit.enabled"]:
+        return NO_AUDIT, None
+    limit = settings["mqgate.audit.max_pending"]
+    name = settings["mqgate.audit.file"]
+    if not name:
+        return AuditTrail(LogSink(), reactor, max_pending=limit,
+                          description="the broker's log"), None
+    path = name if os.path.isabs(name) else os.path.join(
+        settings.instance_dir, "log", name)
+    # One thread: the batches are written in order, and a slow disk holds that thread
+    # only, while the records wait (bounded) in the trail.
+    pool = ThreadPool(minthreads=0, maxthreads=1, name="mqgate-audit")
+    trail = AuditTrail(RotatingFile(path), reactor,
+                       lambda f, *args: deferToThreadPool(reactor, pool, f, *args),
+                       max_pending=limit, description=path)
+    log.info("audit trail in {path}", path=path)
+    return trail, pool
 
 
 def _check_threads(settings):
@@ -252,10 +294,18 @@ def build_broker(settings, reactor):
         max_name_length=settings["mqgate.destination.max_name_length"],
         max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
+    audit, audit_threads = _audit_trail(settings, reactor)
     authenticator, login_threads = _authenticator(settings, reactor)
+    authenticator = AuditingAuthenticator(authenticator, audit)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
+    top.audit = audit
+    # First in, last out: the trail records until every listener has stopped.
+    if audit_threads is not None:
+        _ThreadPoolService(audit_threads).setServiceParent(top)
+    if audit is not NO_AUDIT:
+        audit.setServiceParent(top)
     login_threads.setServiceParent(top)
     registry = ServiceRegistry()
     _port_mapper(settings, reactor, registry).setServiceParent(top)
@@ -263,7 +313,8 @@ def build_broker(settings, reactor):
     # client profiles; the admin service's show commands read both (S11.1).
     clients = ClientRegistry()
     profiles = profiles_from_settings(settings.family(CLIENT_PROFILE_PREFIX))
-    admin_requests = AdminRequests(AdminContext(broker, clients, profiles), SHOW_COMMANDS)
+    admin_requests = AdminRequests(AdminContext(broker, clients, profiles), SHOW_COMMANDS,
+                                   audit=audit)
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,

@@ -379,9 +379,14 @@ class Broker:
     @ivar config: the L{CoreConfig}.
     @ivar persistence: the L{mqgate.core.persistence.Persistence}, or C{None}: no
         message, destination or subscription is ever stored.
+    @ivar on_destination: C{on_destination(event, kind, name, user)} is called when a
+        queue or topic is made (C{"create"}) or goes away (C{"destroy"}), temporary
+        ones aside, for the audit trail (S4.8); C{user} is C{None} (the core does not
+        know who asked). C{None}: nobody listens.
     """
 
     log = Logger(namespace="mqgate.broker")
+    on_destination = None
 
     def __init__(self, clock, config=CoreConfig(), persistence=None):
         self.clock = clock
@@ -632,6 +637,8 @@ class Broker:
             if kind == QUEUE:
                 destination.store = persistence.queue_store(kind, name)
             persistence.destination_created(kind, name)
+        if self.on_destination is not None and not temporary:
+            self.on_destination("create", kind, name, None)
         return destination
 
     def _route(self, to):
@@ -749,6 +756,10 @@ class Broker:
         if self.persistence is not None and not destination.temporary:
             kind = QUEUE if isinstance(destination, Queue) else TOPIC
             self.persistence.destination_deleted(kind, destination.name)
+        if self.on_destination is not None and not destination.temporary:
+            self.on_destination(
+                "destroy", QUEUE if isinstance(destination, Queue) else TOPIC,
+                destination.name, None)
         self._retire(destination)
         self._routes.clear()
 
