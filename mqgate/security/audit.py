@@ -176,7 +176,9 @@ class AuditTrail(service.Service):
         self._unreported = 0
         self._last_report = None
         self.dropped = 0
-        self._loop = task.LoopingCall(self.flush)
+        # Not flush itself: the loop would wait for a slow write's Deferred, and the
+        # drops it causes would go unreported until the disk came back.
+        self._loop = task.LoopingCall(lambda: self.flush() and None)
         self._loop.clock = clock
 
     @property
