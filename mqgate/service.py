@@ -73,6 +73,9 @@ class BrokerService(service.MultiService):
     store_service = None
     #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
     audit = NO_AUDIT
+    #: C{reload_users() -> Deferred}: re-read the user repository now (S4.3), on a
+    #: login thread; fires with whether the users changed, fails with ConfigError.
+    reload_users = None
 
     def __init__(self, settings, broker, flusher, reactor):
         super().__init__()
@@ -212,7 +215,13 @@ def _authenticator(settings, reactor):
     checker = FileAuthenticator(
         repository, run_in_thread,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
-    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+
+    def reload_users():
+        # The admin `reload` request: re-read the repository now, on a login thread.
+        return run_in_thread(repository.reload)
+
+    return (_login_guard(checker, settings, reactor), _ThreadPoolService(pool),
+            reload_users)
 
 
 def _audit_trail(settings, reactor):
@@ -295,12 +304,13 @@ def build_broker(settings, reactor):
         max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
     audit, audit_threads = _audit_trail(settings, reactor)
-    authenticator, login_threads = _authenticator(settings, reactor)
+    authenticator, login_threads, reload_users = _authenticator(settings, reactor)
     authenticator = AuditingAuthenticator(authenticator, audit)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
     top.audit = audit
+    top.reload_users = reload_users   # -> Deferred(changed: bool); fails: ConfigError
     # First in, last out: the trail records until every listener has stopped.
     if audit_threads is not None:
         _ThreadPoolService(audit_threads).setServiceParent(top)

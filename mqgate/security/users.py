@@ -376,23 +376,45 @@ class UserRepository:
         if now < self._next_check or not self._lock.acquire(blocking=False):
             return False
         try:
-            self._next_check = now + self._check_interval
-            signature = _signature(self._path)
-            if signature == self._signature or signature == self._bad_signature:
-                return False
-            try:
-                lines, users = _parse(_read(self._path), self._path)
-            except ConfigError as e:
-                self._bad_signature = signature
-                self._warn(f"the user repository {self._path} changed but cannot be "
-                           f"read ({e}); the users read before stay in force until it "
-                           "is fixed")
-                return False
-            self._bad_signature = None
-            self._signature = signature
-            return self._swap(lines, users)
+            return self._check(now)
         finally:
             self._lock.release()
+
+    def reload(self) -> bool:
+        """Re-read the file now, whatever the time of the last check (the admin
+        C{reload} request). Blocking: call it off the reactor thread.
+
+        @return: whether the users changed.
+        @raise ConfigError: the file does not parse; the users read before stay.
+        """
+        with self._lock:
+            self._next_check = self._now() + self._check_interval
+            signature = _signature(self._path)
+            try:
+                lines, users = _parse(_read(self._path), self._path)
+            except ConfigError:
+                self._bad_signature = signature   # said here; not warned again
+                raise
+            self._signature, self._bad_signature = signature, None
+            return self._swap(lines, users)
+
+    def _check(self, now):
+        # Called with the lock held.
+        self._next_check = now + self._check_interval
+        signature = _signature(self._path)
+        if signature == self._signature or signature == self._bad_signature:
+            return False
+        try:
+            lines, users = _parse(_read(self._path), self._path)
+        except ConfigError as e:
+            self._bad_signature = signature
+            self._warn(f"the user repository {self._path} changed but cannot be "
+                       f"read ({e}); the users read before stay in force until it "
+                       "is fixed")
+            return False
+        self._bad_signature = None
+        self._signature = signature
+        return self._swap(lines, users)
 
     def _swap(self, lines, users):
         # Called with the lock held. Only a change of the users moves the generation:

@@ -429,3 +429,19 @@ def test_startup_warning_names_the_real_command(tmp_path):
     assert len(warnings) == 2
     assert "`mqgate usermgr update -u admin`" in warnings[0]
     assert not any(" -p " in w for w in warnings)
+
+
+def test_reload_reads_at_once_and_reports_a_bad_file(tmp_path):
+    """S4.3: reload (the admin request) re-reads a changed file at once, and a file that
+    does not parse raises the error, keeping the users read before."""
+    from mqgate.security.users import add_user
+    path, repo, ticks, warnings = edited_repository(tmp_path)
+    add_user(path, "alice", "pw", iterations=FAST)
+    assert repo.reload() is True and repo.get("alice") is not None
+    assert repo.reload() is False   # nothing new
+    path.write_text(path.read_text(encoding="utf-8") + "bad\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        repo.reload()
+    ticks.now += 1.0
+    assert repo.get("alice") is not None and repo.generation == 1
+    assert warnings == []   # said once, by reload's error
