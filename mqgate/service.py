@@ -43,14 +43,15 @@ from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.access_control import (
     Reloadables, RuleFileWatcher, RuleSet, ServiceAccess, ensure_rule_file)
-from mqgate.security.audit import NO_AUDIT
+from mqgate.security.audit import (
+    NO_AUDIT, AuditingAuthenticator, AuditTrail, LogSink, RotatingFile)
 from mqgate.security.auth import FileAuthenticator
 from mqgate.security.authcache import AuthCache
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
 from mqgate.security.ldap import (
     PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
-from mqgate.security.passfile import find_password
+from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
 from mqgate.store.factory import open_store
@@ -75,6 +76,8 @@ class BrokerService(service.MultiService):
     """
 
     store_service = None
+    #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
+    audit = NO_AUDIT
 
     def __init__(self, settings, broker, flusher, reactor):
         super().__init__()
@@ -91,6 +94,7 @@ class BrokerService(service.MultiService):
                  home=self.settings.instance_dir)
         self._reactor.callWhenRunning(self._running)
         if self.store_service is None:
+            self._audit_destinations()
             super().startService()
             self._started = defer.succeed(None)
             return
@@ -112,6 +116,17 @@ class BrokerService(service.MultiService):
                  durables=summary.durables, store=self.store_service.description)
         for warning in summary.warnings:
             log.warn("store recovery: {warning}", warning=warning)
+        self._audit_destinations()
+
+    def _audit_destinations(self):
+        # After recovery: the destinations restored were audited when they were made.
+        audit = self.audit
+
+        def on_destination(event, kind, name, user):
+            audit.record(f"destination.{event}", "ok", user=user, dest_type=kind,
+                         name=name)
+
+        self.broker.on_destination = on_destination
 
     def _not_recovered(self, failure):
         self._unrecovered = True
@@ -180,12 +195,18 @@ def _stored_messages(clock):
 
 def _authenticator(settings, reactor):
     """The login checker of the configured user repository (S4.2), behind the login
-    guard, and the service running its thread pool."""
+    guard and the authentication cache; the service running its thread pool; and the
+    admin C{reload} of the repository (C{() -> (ok, text)}), or None when it has none."""
     if settings["mqgate.authentication.basic.user_repository"] == "ldap":
         return _ldap_authenticator(settings, reactor)
     path = settings.user_repository_path
     warnings = ensure_repository(path)
-    repository = UserRepository.load(path)
+
+    def warn(message):
+        # Called on a login thread when a changed repository does not parse.
+        reactor.callFromThread(log.warn, "{warning}", warning=message)
+
+    repository = UserRepository.load(path, warn=warn)
     warnings += default_password_warnings(repository)
     for warning in warnings:
         log.warn("{warning}", warning=warning)
@@ -202,7 +223,19 @@ def _authenticator(settings, reactor):
         repository, run_in_thread,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
     guard = _login_guard(checker, settings, reactor)
-    return _auth_cache(guard, settings, reactor), _ThreadPoolService(pool)
+    cache = _auth_cache(guard, settings, reactor,
+                        generation=lambda: repository.generation)
+
+    def reload_users():
+        # The admin `reload` request: re-read the repository now. A small file, read
+        # and parsed without hashing anything, so the reactor does it in one go.
+        try:
+            changed = repository.reload()
+        except ConfigError as e:
+            return False, f"kept the previous users: {e}"
+        return True, ("users changed" if changed else "no change")
+
+    return cache, _ThreadPoolService(pool), reload_users
 
 
 def _auth_cache(authenticator, settings, reactor, generation=None):
@@ -246,8 +279,30 @@ def _ldap_authenticator(settings, reactor):
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
     # At stop, checks still queued or waiting on a silent directory end at once
     # instead of holding the shutdown for their timeouts.
-    return (_login_guard(checker, settings, reactor),
-            _ThreadPoolService(pool, before_join=directory.close))
+    # The directory cannot say when a user changes: cached logins only expire (ttl).
+    return (_auth_cache(_login_guard(checker, settings, reactor), settings, reactor),
+            _ThreadPoolService(pool, before_join=directory.close), None)
+
+
+def _audit_trail(settings, reactor):
+    """The audit trail (S4.8) and the thread pool its file is written on (or None)."""
+    if not settings["mqgate.audit.enabled"]:
+        return NO_AUDIT, None
+    limit = settings["mqgate.audit.max_pending"]
+    name = settings["mqgate.audit.file"]
+    if not name:
+        return AuditTrail(LogSink(), reactor, max_pending=limit,
+                          description="the broker's log"), None
+    path = name if os.path.isabs(name) else os.path.join(
+        settings.instance_dir, "log", name)
+    # One thread: the batches are written in order, and a slow disk holds that thread
+    # only, while the records wait (bounded) in the trail.
+    pool = ThreadPool(minthreads=0, maxthreads=1, name="mqgate-audit")
+    trail = AuditTrail(RotatingFile(path), reactor,
+                       lambda f, *args: deferToThreadPool(reactor, pool, f, *args),
+                       max_pending=limit, description=path)
+    log.info("audit trail in {path}", path=path)
+    return trail, pool
 
 
 def _check_threads(settings):
@@ -298,7 +353,10 @@ def _login_guard(checker, settings, reactor):
 def build_broker(settings, reactor):
     """Build the broker's MultiService from C{settings}; C{reactor} is the clock and I/O."""
     _instance_dir(settings)
+    if settings["mqgate.passfile.enabled"]:
+        check_passfile(settings.passfile_path)   # S4.6: not one others can read
     store_service = open_store(settings, reactor)   # S3.2; recovered in startService
+    audit, audit_threads = _audit_trail(settings, reactor)
     broker = Broker(reactor, CoreConfig(
         autocreate_queue=settings["mqgate.autocreate.queue"],
         autocreate_topic=settings["mqgate.autocreate.topic"],
@@ -312,11 +370,19 @@ def build_broker(settings, reactor):
         max_destinations=settings["mqgate.system.max_destinations"],
         max_name_length=settings["mqgate.destination.max_name_length"],
         max_topic_levels=settings["mqgate.topic.max_levels"]),
-        persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
-    authenticator, login_threads = _authenticator(settings, reactor)
+        persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
+        audit=audit)
+    authenticator, login_threads, reload_users = _authenticator(settings, reactor)
+    authenticator = AuditingAuthenticator(authenticator, audit)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
+    top.audit = audit
+    # First in, last out: the trail records until every listener has stopped.
+    if audit_threads is not None:
+        _ThreadPoolService(audit_threads).setServiceParent(top)
+    if audit is not NO_AUDIT:
+        audit.setServiceParent(top)
     login_threads.setServiceParent(top)
     registry = ServiceRegistry()
     _port_mapper(settings, reactor, registry).setServiceParent(top)
@@ -325,10 +391,12 @@ def build_broker(settings, reactor):
     clients = ClientRegistry()
     profiles = profiles_from_settings(settings.family(CLIENT_PROFILE_PREFIX))
     reloadables = top.reloadables = Reloadables()
-    access = _access_control(settings, reactor, reloadables, NO_AUDIT, top)
+    access = _access_control(settings, reactor, reloadables, audit, top)
+    if reload_users is not None:
+        reloadables.add("users", reload_users)
     admin_requests = AdminRequests(
         AdminContext(broker, clients, profiles, reloadables),
-        {**SHOW_COMMANDS, **reload_commands(reloadables.names())})
+        {**SHOW_COMMANDS, **reload_commands(reloadables.names())}, audit=audit)
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,

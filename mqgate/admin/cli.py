@@ -4,6 +4,7 @@ The ``mqgate`` command: tools an operator runs beside the broker.
     mqgate keytool     create the TLS key pair and self-signed certificate (S1.8)
     mqgate cmd         send an admin command to a running broker (S11.1)
     mqgate dbmgr       create, delete, recreate or reset the SQL store's tables (S3.5)
+    mqgate usermgr     add, delete, update and list the users of the repository (S4.3)
 
 Each tool reads the same configuration as the broker (``--config``, ``--varhome``,
 ``--instance``, ``-D key=value``), so it finds the same instance directory.
@@ -15,10 +16,11 @@ import sys
 
 from mqgate.admin.cmd import add_parser as add_cmd_parser
 from mqgate.admin.dbmgr import register as add_dbmgr_parser
+from mqgate.admin.usermgr import register as add_usermgr_parser
 from mqgate.config import read_settings
 from mqgate.errors import ConfigError
 from mqgate.security.keytool import create_keystore
-from mqgate.security.passfile import find_password
+from mqgate.security.passfile import check_passfile, find_password
 from mqgate.tap import default_config_path
 
 __all__ = ["main"]
@@ -44,11 +46,16 @@ def _settings(args):
             raise ConfigError("-D", text, "key=value")
         overrides[key] = value
     if args.config:
-        return read_settings(args.config, overrides, instance=args.instance,
-                             varhome=args.varhome)
-    from mqgate.config import Settings
-    return Settings.from_properties([], overrides, instance=args.instance,
-                                    varhome=args.varhome)
+        settings = read_settings(args.config, overrides, instance=args.instance,
+                                 varhome=args.varhome)
+    else:
+        from mqgate.config import Settings
+        settings = Settings.from_properties([], overrides, instance=args.instance,
+                                            varhome=args.varhome)
+    if settings["mqgate.passfile.enabled"]:
+        # S4.6: every tool refuses a password file others can read, as the broker does.
+        check_passfile(settings.passfile_path)
+    return settings
 
 
 def _keystore_password(settings, args):
@@ -100,6 +107,7 @@ def main(argv=None):
     kt.set_defaults(run=keytool)
     add_cmd_parser(commands, _common, _settings)
     add_dbmgr_parser(commands, _common, _settings)
+    add_usermgr_parser(commands, _common, _settings)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -55,6 +55,7 @@ from mqgate.core.addresses import QUEUE, NotFound, resolve
 from mqgate.core.message import BrokerMessage
 from mqgate.errors import ProtocolError
 from mqgate.glue.amqp import ADMIN_ADDRESS
+from mqgate.security.audit import NO_AUDIT
 
 __all__ = [
     "ADMIN_ADDRESS", "OK", "BAD_REQUEST", "NOT_FOUND", "ERROR", "AdminError",
@@ -252,13 +253,15 @@ class AdminRequests:
 
     @param context: the L{AdminContext} the commands read.
     @param commands: C{(verb, object) -> L{Command}}.
+    @param audit: the L{mqgate.security.audit.IAuditTrail} each request is recorded in.
     """
 
     log = Logger()
 
-    def __init__(self, context, commands):
+    def __init__(self, context, commands, *, audit=NO_AUDIT):
         self.context = context
         self.commands = dict(commands)
+        self.audit = audit
         self._ids = itertools.count(1)
         self._relay = None
 
@@ -285,9 +288,11 @@ class AdminRequests:
                              request=str(request), user=user)
             reply = Reply("the broker failed to carry out the request; see its log",
                           status=ERROR)
-        # S4.8: admin operations are audited; one structured record each.
         self.log.info("admin request {request!s} from {user}: {status}",
                       request=request, user=user, status=reply.status)
+        # S4.8: one audit record per admin request, whatever became of it.
+        self.audit.record("admin", "ok" if reply.status == OK else "failed", user=user,
+                          command=str(request), status=reply.status)
         self._send(reply_message(message, reply, f"mqgate-admin-{next(self._ids)}"))
 
     def _check_reply_to(self, reply_to):

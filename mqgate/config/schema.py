@@ -733,6 +733,19 @@ KEYS = (
         "Directory of the password file; empty means VARHOME/instances/NAME/etc (S4.6)."),
     Key("mqgate.passfile.name", Text(), "passfile",
         "File name of the password file (S4.6)."),
+    # -- the audit trail (S4.8) --
+    Key("mqgate.audit.enabled", Bool(), "true",
+        "Write the audit trail: one JSON line per login (ok or failed), admin request, "
+        "destination created or destroyed, access-control denial and rule reload. On by "
+        "default: a broker put on a network should say who did what (S4.8)."),
+    Key("mqgate.audit.file", Text(), "audit.log",
+        "Where the audit trail goes: a file (a relative name is in "
+        "VARHOME/instances/NAME/log), owner-only, rotated past 1 MB to FILE.1, FILE.2 ... "
+        "as the main log is; empty means the broker's own log."),
+    Key("mqgate.audit.max_pending", Int(1, 10000000), "10000",
+        "Audit records that may wait for the disk at once; past it a record is dropped "
+        "and counted, and the count is logged (a disk that cannot keep up never makes "
+        "the broker grow)."),
 )
 
 

@@ -424,9 +424,14 @@ class Broker:
         message, destination or subscription is ever stored.
     @ivar audit: an L{mqgate.security.audit.IAuditTrail} told of ownership refusals
         (C{access.denied}), or C{None}.
+    @ivar on_destination: C{on_destination(event, kind, name, user)} is called when a
+        queue or topic is made (C{"create"}) or goes away (C{"destroy"}), temporary
+        ones aside, for the audit trail (S4.8); C{user} is C{None} (the core does not
+        know who asked). C{None}: nobody listens.
     """
 
     log = Logger(namespace="mqgate.broker")
+    on_destination = None
 
     def __init__(self, clock, config=CoreConfig(), persistence=None, audit=None):
         self.clock = clock
@@ -712,6 +717,8 @@ class Broker:
             if kind == QUEUE:
                 destination.store = persistence.queue_store(kind, name)
             persistence.destination_created(kind, name)
+        if self.on_destination is not None and not temporary:
+            self.on_destination("create", kind, name, None)
         return destination
 
     def _route(self, to):
@@ -892,6 +899,10 @@ class Broker:
         if self.persistence is not None and not destination.temporary:
             kind = QUEUE if isinstance(destination, Queue) else TOPIC
             self.persistence.destination_deleted(kind, destination.name)
+        if self.on_destination is not None and not destination.temporary:
+            self.on_destination(
+                "destroy", QUEUE if isinstance(destination, Queue) else TOPIC,
+                destination.name, None)
         self._retire(destination)
         self._routes.clear()
 

@@ -18,7 +18,10 @@ Two password hash forms are read:
   login (S4.3).
 
 Every rewrite of the file is atomic: a temporary file with owner-only permissions in the
-same directory, flushed to disk, then ``os.replace`` (S4.7).
+same directory, flushed to disk, then ``os.replace`` (S4.7). ``mqgate usermgr`` edits the
+file through L{add_user}, L{update_user} and L{delete_user}; a running broker's
+L{UserRepository} notices the change (its size, mtime or inode) at the next login and
+re-reads it, so that no restart is needed (S4.3).
 """
 
 import base64
@@ -30,6 +33,7 @@ import secrets
 import stat
 import tempfile
 import threading
+import time
 
 import attrs
 
@@ -37,6 +41,7 @@ from mqgate.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ITERATIONS", "GROUPS", "DEFAULT_USERS", "User", "UserRepository",
+    "UserError", "add_user", "update_user", "delete_user", "read_users",
     "hash_password", "verify_password", "is_legacy_hash", "check_hash_form",
     "pbkdf2_iterations",
     "check_user_name", "format_entry", "ensure_repository", "default_password_warnings",
@@ -85,7 +90,8 @@ _HEADER = """\
 # Lines starting with # and blank lines are ignored. The file is UTF-8.
 #
 # The default users admin/admin and guest/guest must get new passwords before the
-# broker is reachable by anyone else (mqgate usermgr update -u NAME -p NEWPASSWORD).
+# broker is reachable by anyone else: `mqgate usermgr update -u NAME` asks for the new
+# password. Edit users with `mqgate usermgr`; a running broker re-reads this file.
 """
 
 
@@ -297,44 +303,142 @@ def _fsync_directory(directory):
         os.close(fd)
 
 
-class UserRepository:
-    """The users of one repository file.
+def _signature(path):
+    """What tells that the file changed: (inode, size, mtime in ns), or None if gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
-    Build it with L{load}. Reads (L{get}, L{users}) may run on any thread; rewrites are
-    serialised by a lock and swap the in-memory state in one assignment.
+
+class UserRepository:
+    """The users of one repository file, re-read when the file changes (S4.3).
+
+    Build it with L{load}. Reads (L{get}, L{users}) may run on any thread; rewrites and
+    re-reads are serialised by a lock and swap the in-memory state in one assignment.
+
+    L{get} first calls L{refresh}, which looks at the file (one C{stat}) at most once
+    every C{check_interval} seconds and re-reads it when its inode, size or mtime
+    changed. The broker calls L{get} on its login threads only, so neither the C{stat}
+    nor a re-read ever runs on the reactor thread. A file that no longer parses keeps
+    the last good users, with a warning naming the line (given to C{warn}).
+
+    @ivar generation: goes up by one each time the users change (a re-read that found
+        different content, or L{replace_hash}); a cache of verified logins keyed on it
+        is thereby emptied by any change of the repository.
     """
 
-    def __init__(self, path, lines, users):
+    def __init__(self, path, lines, users, *, check_interval=1.0, now=time.monotonic,
+                 warn=None):
         self._path = os.fspath(path)
         self._lines = lines
         self._users = users
         self._lock = threading.Lock()
+        self._signature = _signature(self._path)
+        self._check_interval = check_interval
+        self._now = now
+        self._next_check = now() + check_interval
+        self._warn = warn if warn is not None else (lambda message: None)
+        self._bad_signature = None
+        self._generation = 0
 
     @classmethod
-    def load(cls, path) -> "UserRepository":
-        """Read the repository at C{path}.
+    def load(cls, path, **kwargs) -> "UserRepository":
+        """Read the repository at C{path}; C{kwargs} go to the constructor.
 
         @raise ConfigError: the file cannot be read, is not UTF-8, or a line is
             malformed; C{source} is C{"file:line"} and C{key} names the bad field.
         """
         lines, users = _parse(_read(path), os.fspath(path))
-        return cls(path, lines, users)
+        return cls(path, lines, users, **kwargs)
 
     @property
     def path(self) -> str:
         """The repository file."""
         return self._path
 
+    @property
+    def generation(self) -> int:
+        """How many times the users have changed since L{load} (see the class)."""
+        return self._generation
+
+    def refresh(self) -> bool:
+        """Re-read the file if it changed since it was last read; cheap otherwise.
+
+        Blocking (a C{stat}, perhaps a read): call it off the reactor thread. At most
+        one check per C{check_interval}; a thread that finds another one re-reading
+        goes on with the users as they are.
+
+        @return: whether the users changed.
+        """
+        now = self._now()
+        if now < self._next_check or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self._check(now)
+        finally:
+            self._lock.release()
+
+    def reload(self) -> bool:
+        """Re-read the file now, whatever the time of the last check (the admin
+        C{reload} request). Blocking: call it off the reactor thread.
+
+        @return: whether the users changed.
+        @raise ConfigError: the file does not parse; the users read before stay.
+        """
+        with self._lock:
+            self._next_check = self._now() + self._check_interval
+            signature = _signature(self._path)
+            try:
+                lines, users = _parse(_read(self._path), self._path)
+            except ConfigError:
+                self._bad_signature = signature   # said here; not warned again
+                raise
+            self._signature, self._bad_signature = signature, None
+            return self._swap(lines, users)
+
+    def _check(self, now):
+        # Called with the lock held.
+        self._next_check = now + self._check_interval
+        signature = _signature(self._path)
+        if signature == self._signature or signature == self._bad_signature:
+            return False
+        try:
+            lines, users = _parse(_read(self._path), self._path)
+        except ConfigError as e:
+            self._bad_signature = signature
+            self._warn(f"the user repository {self._path} changed but cannot be "
+                       f"read ({e}); the users read before stay in force until it "
+                       "is fixed")
+            return False
+        self._bad_signature = None
+        self._signature = signature
+        return self._swap(lines, users)
+
+    def _swap(self, lines, users):
+        # Called with the lock held. Only a change of the users moves the generation:
+        # a rewrite that changed a comment leaves verified logins valid.
+        changed = users != self._users
+        self._lines, self._users = lines, users
+        if changed:
+            self._generation += 1
+        return changed
+
     def get(self, name: str):
-        """The L{User} called C{name}, or C{None}."""
+        """The L{User} called C{name}, or C{None}, after a L{refresh}."""
+        self.refresh()
         return self._users.get(name)
 
     def users(self) -> list:
-        """Every L{User}, in file order."""
+        """Every L{User}, in file order (as last read; no L{refresh})."""
         return list(self._users.values())
 
     def anonymous_user(self):
-        """The (single) L{User} of group anonymous, or C{None}."""
+        """The (single) L{User} of group anonymous, or C{None}.
+
+        No L{refresh}: this is asked on the reactor thread. It sees the users as the
+        last login check read them."""
         for user in self._users.values():
             if user.group == ANONYMOUS_GROUP:
                 return user
@@ -369,8 +473,139 @@ class UserRepository:
             users = dict(users)
             users[name] = updated
             _write_atomically(self._path, _render(lines))
-            self._lines, self._users = lines, users
+            self._signature = _signature(self._path)
+            self._swap(lines, users)
         return True
+
+
+# -- editing the file (mqgate usermgr) ----------------------------------------------------
+
+class UserError(Exception):
+    """An edit of the repository that cannot be made; the message says why and what
+    to do instead."""
+
+
+def read_users(path) -> list:
+    """Every L{User} of the repository file at C{path}, in file order.
+
+    @raise ConfigError: the file cannot be read or does not parse.
+    """
+    return list(_parse(_read(path), os.fspath(path))[1].values())
+
+
+def _edit(path, change):
+    """Read the file, apply C{change(lines, users) -> lines}, write it atomically.
+
+    The result is parsed again before it is written, so an edit can never leave a
+    file the broker would refuse.
+    """
+    path = os.fspath(path)
+    lines, users = _parse(_read(path), path)
+    lines = change(lines, users)
+    text = _render(lines)
+    _parse(text, path)
+    _write_atomically(path, text)
+
+
+def _check_new_name(name):
+    why = check_user_name(name)
+    if why is not None:
+        raise UserError(f"bad user name {name!r}: a user name has {why}")
+
+
+def _check_group(group):
+    if group not in GROUPS:
+        raise UserError(f"bad group {group!r}: one of {', '.join(GROUPS)}")
+
+
+def _refuse_second_anonymous(users, name, group):
+    if group != ANONYMOUS_GROUP:
+        return
+    for other in users.values():
+        if other.group == ANONYMOUS_GROUP and other.name != name:
+            raise UserError(
+                f"user {other.name!r} is already in group anonymous, and only one user "
+                "may be (it is who anonymous clients log in as); delete it or move it "
+                "to another group first")
+
+
+def _refuse_losing_last_admin(users, name, after):
+    """Refuse an edit that leaves no active admin: nobody could administer the broker."""
+    admins = [u for u in users.values() if u.group == "admin" and u.active]
+    if [u.name for u in admins] == [name] and (
+            after is None or after.group != "admin" or not after.active):
+        raise UserError(
+            f"user {name!r} is the last active user of group admin; without one nobody "
+            "could use the admin service. Add another admin first "
+            "(mqgate usermgr add -u NAME -g admin)")
+
+
+def add_user(path, name, password, *, group="user", active=True, iterations=None):
+    """Add user C{name} to the repository file at C{path}.
+
+    @raise UserError: a bad name or group, the user exists, or a second anonymous user.
+    @raise ConfigError: the file cannot be read, does not parse, or cannot be written.
+    """
+    _check_new_name(name)
+    _check_group(group)
+    new = User(name, hash_password(password, iterations=iterations), group, active)
+
+    def change(lines, users):
+        if name in users:
+            raise UserError(f"user {name!r} exists already; change it with "
+                            f"`mqgate usermgr update -u {name}`")
+        _refuse_second_anonymous(users, name, group)
+        return lines + [new]
+
+    _edit(path, change)
+    return new
+
+
+def update_user(path, name, *, password=None, group=None, active=None, iterations=None):
+    """Change the password, group or active flag of user C{name}.
+
+    @raise UserError: no such user, a bad group, a second anonymous user, or the last
+        active admin would be lost.
+    @raise ConfigError: the file cannot be read, does not parse, or cannot be written.
+    """
+    if group is not None:
+        _check_group(group)
+    new_hash = (hash_password(password, iterations=iterations)
+                if password is not None else None)
+    result = []
+
+    def change(lines, users):
+        current = users.get(name)
+        if current is None:
+            raise UserError(f"no user {name!r}; `mqgate usermgr list` shows the users")
+        updated = attrs.evolve(
+            current,
+            password_hash=new_hash if new_hash is not None else current.password_hash,
+            group=group if group is not None else current.group,
+            active=active if active is not None else current.active)
+        _refuse_second_anonymous(users, name, updated.group)
+        _refuse_losing_last_admin(users, name, updated)
+        result.append(updated)
+        return [updated if item is current else item for item in lines]
+
+    _edit(path, change)
+    return result[0]
+
+
+def delete_user(path, name):
+    """Remove user C{name} from the repository file at C{path}.
+
+    @raise UserError: no such user, or it is the last active admin.
+    @raise ConfigError: the file cannot be read, does not parse, or cannot be written.
+    """
+    def change(lines, users):
+        current = users.get(name)
+        if current is None:
+            raise UserError(f"no user {name!r}; `mqgate usermgr list` shows the users")
+        _refuse_losing_last_admin(users, name, None)
+        return [item for item in lines if item is not current]
+
+    _edit(path, change)
 
 
 def _make_private_dir(directory):
@@ -418,5 +653,5 @@ def default_password_warnings(repository: UserRepository) -> list:
         if user is not None and verify_password(user.password_hash, name, password):
             warnings.append(
                 f"user {name!r} still has the default password; change it with "
-                f"`mqgate usermgr update -u {name} -p NEWPASSWORD`")
+                f"`mqgate usermgr update -u {name}` (it asks for the new password)")
     return warnings

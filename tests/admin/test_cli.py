@@ -128,6 +128,7 @@ def test_password_from_the_password_file_encrypts_the_key(varhome):
     password file's mqgate.keystore.password, without asking."""
     etc_dir(varhome).mkdir(parents=True)
     (etc_dir(varhome) / "passfile").write_text(f"mqgate.keystore.password={PASSWORD}\n")
+    (etc_dir(varhome) / "passfile").chmod(0o600)   # others may not read it (S4.6)
     result = mqgate("keytool", "--varhome", str(varhome), "-D",
                     "mqgate.passfile.enabled=true")
     assert result.returncode == 0, result.stderr

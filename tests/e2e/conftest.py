@@ -41,4 +41,5 @@ def passfile(tmp_path):
     """A password file with the default admin user's password (S4.6)."""
     path = tmp_path / "cmd-passfile"
     path.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
+    path.chmod(0o600)   # a password file others can read is refused (S4.6)
     return path

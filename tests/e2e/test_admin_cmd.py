@@ -101,6 +101,7 @@ def test_wrong_password_says_login_failed(broker, tmp_path):
     """S4.2/S11.1: a wrong password is reported as a failed login, exit 2."""
     wrong = tmp_path / "wrong"
     wrong.write_text("imq.imqcmd.password=nope\n", encoding="utf-8")
+    wrong.chmod(0o600)   # others may not read a password file (S4.6)
     result = mqgate_cmd(broker, wrong, "show", "client-profile", "default")
     assert result.returncode == 2
     assert "login to the admin service" in result.stderr
@@ -112,6 +113,7 @@ def test_non_admin_user_cannot_log_in_to_the_admin_service(broker, tmp_path):
     is refused by the rule connection.ADMIN, which the error names."""
     guest = tmp_path / "guest"
     guest.write_text("imq.imqcmd.password=guest\n", encoding="utf-8")
+    guest.chmod(0o600)   # others may not read a password file (S4.6)
     result = mqgate_cmd(broker, guest, "show", "client-profile", "default", user="guest")
     assert result.returncode == 2
     assert "user guest may not connect to the admin service (rule connection.ADMIN)" \

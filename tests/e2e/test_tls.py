@@ -61,6 +61,7 @@ def write_passfile(varhome, password=PASSWORD):
     etc = instance_etc(varhome)
     etc.mkdir(parents=True, exist_ok=True)
     (etc / "passfile").write_text(f"mqgate.keystore.password={password}\n")
+    (etc / "passfile").chmod(0o600)   # others may not read a password file (S4.6)
 
 
 def client_domain(cert_path):

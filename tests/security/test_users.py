@@ -308,3 +308,140 @@ def test_shipped_repository_has_salted_defaults():
         ("admin", "admin", True), ("guest", "anonymous", True)]
     assert all(u.password_hash.startswith("pbkdf2-sha256$") for u in repo.users())
     assert len(default_password_warnings(repo)) == 2
+
+
+# -- re-reading a changed file, and usermgr's edits ----------------------------------------
+
+class Ticks:
+    """A monotonic clock the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def edited_repository(tmp_path):
+    path = tmp_path / "passwd"
+    ensure_repository(path, iterations=FAST)
+    ticks, warnings = Ticks(), []
+    repo = UserRepository.load(path, now=ticks, warn=warnings.append)
+    return path, repo, ticks, warnings
+
+
+def test_changed_file_is_read_at_the_next_check(tmp_path):
+    """S4.3: a user added to the file is seen by the running repository once a second
+    has passed, and the generation goes up."""
+    from mqgate.security.users import add_user
+    path, repo, ticks, _ = edited_repository(tmp_path)
+    add_user(path, "alice", "pw", iterations=FAST)
+    assert repo.get("alice") is None and repo.generation == 0   # checked < 1 s ago
+    ticks.now += 1.0
+    alice = repo.get("alice")
+    assert alice is not None and verify_password(alice.password_hash, "alice", "pw")
+    assert repo.generation == 1
+
+
+def test_file_is_looked_at_most_once_a_second(tmp_path, monkeypatch):
+    """S4.3: however many logins, the file is stat'ed at most once per second."""
+    from mqgate.security import users as module
+    path, repo, ticks, _ = edited_repository(tmp_path)
+    calls = []
+    real = module._signature
+    monkeypatch.setattr(module, "_signature", lambda p: calls.append(p) or real(p))
+    for _ in range(1000):
+        repo.get("admin")
+        ticks.now += 0.01   # 1000 logins over 10 s
+    assert 9 <= len(calls) <= 11
+
+
+def test_rewrite_with_the_same_users_keeps_the_generation(tmp_path):
+    """S4.3: a rewrite that changes no user (a comment) does not move the generation,
+    so verified logins stay cached."""
+    path, repo, ticks, _ = edited_repository(tmp_path)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("# a note\n")
+    ticks.now += 1.0
+    assert repo.get("admin") is not None and repo.generation == 0
+
+
+def test_password_update_changes_what_verifies(tmp_path):
+    """S4.3: after update_user, the repository's next check verifies the new password
+    and refuses the old one."""
+    from mqgate.security.users import update_user
+    path, repo, ticks, _ = edited_repository(tmp_path)
+    update_user(path, "admin", password="n3w", iterations=FAST)
+    ticks.now += 1.0
+    stored = repo.get("admin").password_hash
+    assert verify_password(stored, "admin", "n3w")
+    assert not verify_password(stored, "admin", "admin")
+    assert repo.generation == 1
+
+
+def test_broken_file_keeps_the_last_good_users_and_says_where(tmp_path):
+    """S4.3: a file edited into something unreadable keeps the users read before, with
+    one warning naming the file and line; fixing it is picked up."""
+    path, repo, ticks, warnings = edited_repository(tmp_path)
+    good = path.read_text(encoding="utf-8")
+    path.write_text(good + "broken line without colons\n", encoding="utf-8")
+    lineno = good.count("\n") + 1
+    for _ in range(3):
+        ticks.now += 1.0
+        assert repo.get("admin") is not None
+    assert len(warnings) == 1, warnings
+    assert f"{path}:{lineno}" in warnings[0] and "stay in force" in warnings[0]
+    path.write_text(good.replace(":anonymous:1", ":anonymous:0"), encoding="utf-8")
+    ticks.now += 1.0
+    assert repo.get("guest").active is False and repo.generation == 1
+
+
+def test_deleted_user_is_gone_after_the_check(tmp_path):
+    """S4.3: a user deleted from the file can no longer be found by the broker."""
+    from mqgate.security.users import add_user, delete_user
+    path, repo, ticks, _ = edited_repository(tmp_path)
+    add_user(path, "bob", "pw", iterations=FAST)
+    ticks.now += 1.0
+    assert repo.get("bob") is not None
+    delete_user(path, "bob")
+    ticks.now += 1.0
+    assert repo.get("bob") is None and repo.generation == 2
+
+
+def test_edits_keep_comments_and_owner_only_mode(tmp_path):
+    """S4.3, S4.7: usermgr's edits keep the file's comments and its 0600 mode."""
+    from mqgate.security.users import add_user
+    path = tmp_path / "passwd"
+    ensure_repository(path, iterations=FAST)
+    os.chmod(path, 0o600)
+    add_user(path, "carol", "pw", group="admin", active=False, iterations=FAST)
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# mqgate user repository") and ":admin:0\n" in text
+    assert mode_of(path) == 0o600
+
+
+def test_startup_warning_names_the_real_command(tmp_path):
+    """S4.3: the default-password warning names `mqgate usermgr update -u NAME`, which
+    asks for the password, and never suggests a password on the command line."""
+    path = tmp_path / "passwd"
+    ensure_repository(path, iterations=FAST)
+    warnings = default_password_warnings(UserRepository.load(path))
+    assert len(warnings) == 2
+    assert "`mqgate usermgr update -u admin`" in warnings[0]
+    assert not any(" -p " in w for w in warnings)
+
+
+def test_reload_reads_at_once_and_reports_a_bad_file(tmp_path):
+    """S4.3: reload (the admin request) re-reads a changed file at once, and a file that
+    does not parse raises the error, keeping the users read before."""
+    from mqgate.security.users import add_user
+    path, repo, ticks, warnings = edited_repository(tmp_path)
+    add_user(path, "alice", "pw", iterations=FAST)
+    assert repo.reload() is True and repo.get("alice") is not None
+    assert repo.reload() is False   # nothing new
+    path.write_text(path.read_text(encoding="utf-8") + "bad\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        repo.reload()
+    ticks.now += 1.0
+    assert repo.get("alice") is not None and repo.generation == 1
+    assert warnings == []   # said once, by reload's error

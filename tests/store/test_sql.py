@@ -349,6 +349,7 @@ def test_password_comes_from_the_password_file(tmp_path):
     etc = tmp_path / "instances" / "mqgate" / "etc"
     etc.mkdir(parents=True)
     (etc / "passfile").write_text("imq.persist.jdbc.password=from-file\n")
+    (etc / "passfile").chmod(0o600)   # others may not read a password file (S4.6)
     settings = settings_of(tmp_path, {
         "mqgate.persist.jdbc.dbVendor": "postgresql",
         "mqgate.persist.jdbc.needpassword": "true", "mqgate.passfile.enabled": "true",
@@ -365,6 +366,7 @@ def test_postgresql_with_a_password_role(postgres_cluster, tmp_path):
     etc = tmp_path / "instances" / "mqgate" / "etc"
     etc.mkdir(parents=True)
     (etc / "passfile").write_text(f"mqgate.persist.jdbc.password={PASSWORD}\n")
+    (etc / "passfile").chmod(0o600)   # others may not read a password file (S4.6)
     settings = settings_of(tmp_path, {
         "mqgate.persist.jdbc.dbVendor": "postgresql",
         "mqgate.persist.jdbc.opendburl":

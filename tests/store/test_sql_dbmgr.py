@@ -157,6 +157,7 @@ def write_passfile(db, password):
     etc = db.varhome / "instances" / "mqgate" / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     (etc / "passfile").write_text(f"mqgate.persist.jdbc.password={password}\n")
+    (etc / "passfile").chmod(0o600)   # others may not read a password file (S4.6)
     db.defines["mqgate.passfile.enabled"] = "true"
 
 
