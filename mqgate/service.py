@@ -223,8 +223,15 @@ def _authenticator(settings, reactor):
         repository, run_in_thread,
         allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
     guard = _login_guard(checker, settings, reactor)
-    cache = _auth_cache(guard, settings, reactor,
-                        generation=lambda: repository.generation)
+    def generation():
+        # A login the cache answers never reaches the repository, so the cache asks it
+        # to look at its file: one stat a second at most, on the reactor thread (a
+        # changed file, a few KiB, is then read here too), so that a password changed
+        # with `mqgate usermgr` ends the old one's cached logins at once.
+        repository.refresh()
+        return repository.generation
+
+    cache = _auth_cache(guard, settings, reactor, generation=generation)
 
     def reload_users():
         # The admin `reload` request: re-read the repository now. A small file, read
