@@ -410,6 +410,7 @@ def test_reload_command_rereads_the_rules_and_says_what_happened(own_broker, tmp
     broker, path = own_broker(V + SHIPPED)
     passfile = tmp_path / "cmd-passfile"
     passfile.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
+    passfile.chmod(0o600)   # a password file others can read is refused
     path.write_text(V + "queue.*.consume.allow.usr=*\n")
     result = mqgate_cmd(broker, passfile, "reload", "rules")
     assert result.returncode == 1, result
