@@ -25,7 +25,8 @@ from zope.interface import Interface, implementer
 from mqgate.errors import MqgateError
 from mqgate.security import users as _users
 
-__all__ = ["AuthenticationFailed", "Principal", "IAuthenticator", "FileAuthenticator"]
+__all__ = ["AuthenticationFailed", "RepositoryUnavailable", "Principal", "IAuthenticator",
+           "FileAuthenticator"]
 
 # Longest user name echoed back in a failure message; a client may send anything.
 _MAX_ECHOED_NAME = 64
@@ -65,6 +66,13 @@ class AuthenticationFailed(MqgateError):
         else:
             message = f"authentication failed for user {_echo(username)}"
         super().__init__(message)
+
+
+class RepositoryUnavailable(AuthenticationFailed):
+    """The user repository could not check the credentials (a directory that does not
+    answer). The client sees the same refusal as any other, but the failure is not
+    counted against its address: retrying during an outage is not guessing passwords.
+    """
 
 
 @attrs.frozen

@@ -34,7 +34,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqgate.errors import ConfigError
-from mqgate.security.auth import AuthenticationFailed, IAuthenticator
+from mqgate.security.auth import AuthenticationFailed, IAuthenticator, RepositoryUnavailable
 
 __all__ = ["LoginBusy", "FailureThrottle", "LogBudget", "LoginGuard"]
 
@@ -288,7 +288,10 @@ class LoginGuard:
 
     def _failed(self, failure, username, source):
         error = failure.value
-        counted = isinstance(error, AuthenticationFailed) and not isinstance(error, LoginBusy)
+        # Only a verdict on the credentials counts: not a refusal for load, nor a
+        # repository that could not answer.
+        counted = isinstance(error, AuthenticationFailed) and \
+            not isinstance(error, (LoginBusy, RepositoryUnavailable))
         if self.throttle is not None and source:
             if counted:
                 self.throttle.failed(source)

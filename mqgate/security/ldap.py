@@ -62,7 +62,8 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqgate.errors import ConfigError
-from mqgate.security.auth import AuthenticationFailed, IAuthenticator, Principal
+from mqgate.security.auth import (
+    AuthenticationFailed, IAuthenticator, Principal, RepositoryUnavailable)
 
 __all__ = ["LdapConfig", "LdapDirectory", "LdapAuthenticator", "DirectoryUnavailable",
            "escape_filter_value", "escape_dn_value", "and_filter", "parse_servers",
@@ -615,7 +616,7 @@ class LdapAuthenticator:
                 "LDAP directory not answering, login of user {user!r} refused: {why}. "
                 "Check the servers in mqgate.user_repository.ldap.server",
                 user=username, why=str(error))
-            raise AuthenticationFailed(username, NOT_ANSWERING)
+            raise RepositoryUnavailable(username, NOT_ANSWERING)
         if failure.check(DirectoryRefused):
             error = failure.value
             self._warn(("refused", error.server, error.setting),

@@ -9,7 +9,8 @@ from twisted.logger import capturedLogs
 from zope.interface.verify import verifyObject
 
 from mqgate.security.auth import (
-    AuthenticationFailed, FileAuthenticator, IAuthenticator, Principal)
+    AuthenticationFailed, FileAuthenticator, IAuthenticator, Principal,
+    RepositoryUnavailable)
 from mqgate.security.guard import (
     MAX_WAITING, FailureThrottle, LogBudget, LoginBusy, LoginGuard)
 from mqgate.security.users import UserRepository, hash_password
@@ -304,6 +305,23 @@ def test_a_busy_refusal_is_not_counted_as_a_failure():
     for _ in range(5):
         failure_of(guard.authenticate("alice", "wrong", "10.0.0.2"), LoginBusy)
     assert throttle.failures("10.0.0.2") == 0
+
+
+def test_a_repository_that_cannot_answer_does_not_slow_the_address_down():
+    """Logins refused because the directory did not answer are refused to the client
+    like any failure, but retrying through an outage is not guessing: the address is
+    not slowed down for it."""
+    clock = task.Clock()
+    checker = HeldChecker()
+    throttle = FailureThrottle(clock, free_failures=1)
+    guard = LoginGuard(checker, clock, throttle=throttle)
+    for _ in range(5):
+        d = guard.authenticate("alice", "right", "10.0.0.3")
+        _, _, pending = checker.pending.pop()
+        pending.errback(RepositoryUnavailable("alice", "directory not answering"))
+        error = failure_of(d, AuthenticationFailed).value
+        assert str(error) == "authentication failed for user 'alice'"
+    assert throttle.failures("10.0.0.3") == 0
 
 
 # -- logging ------------------------------------------------------------------------------
