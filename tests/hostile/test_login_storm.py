@@ -40,10 +40,10 @@ SPARE_FDS = 512
 #: The probe's worst round trip while the storm lasts. Reactor turns stay short (a
 #: service accepts 32 sockets a turn), so the probe waits behind one turn at a time,
 #: never behind the storm; what sets its worst round trip is the interpreter's full
-#: garbage collections, which walk every object of ten thousand connections (about
-#: 0.8-1.4 s each on a busy 2-core machine; 0.16 s with the collector off, see
-#: docs/limits.md).
-PROBE_LIMIT = 2.5
+#: garbage collections, which walk the objects of thousands of connections (80-123 ms
+#: on an idle 2-core machine with the broker's collector settings, 240-300 ms with
+#: Python's defaults; a busy machine takes several times as long, see docs/limits.md).
+PROBE_LIMIT = 1.0
 #: What one logged-in STOMP connection may cost the broker (engine, glue, egress
 #: scheduler, client registration, the socket's buffers in user space).
 RSS_PER_CONNECTION = 64 * 1024
