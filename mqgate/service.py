@@ -19,7 +19,7 @@ from mqgate import __version__, sniff
 from mqgate.admin.requests import AdminContext, AdminRequests
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
 from mqgate.amqp.message import parse_message
-from mqgate.config.schema import SERVICES
+from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.persistence import Persistence
 from mqgate.egress.clients import ClientRegistry
@@ -41,7 +41,7 @@ from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
-from mqgate.security.auth import FileAuthenticator
+from mqgate.security.auth import FileAuthenticator, LoginPolicy
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
 from mqgate.security.passfile import find_password
@@ -188,10 +188,9 @@ def _authenticator(settings, reactor):
     def run_in_thread(f, *args):
         return deferToThreadPool(reactor, pool, f, *args)
 
-    checker = FileAuthenticator(
-        repository, run_in_thread,
-        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
-    return _login_guard(checker, settings, reactor), _ThreadPoolService(pool)
+    # Whether guests may log in is each service's LoginPolicy (S4.2).
+    checker = FileAuthenticator(repository, run_in_thread)
+    return _login_guard(checker, settings, reactor), checker, _ThreadPoolService(pool)
 
 
 def _check_threads(settings):
@@ -234,6 +233,7 @@ def _login_guard(checker, settings, reactor):
 
 def build_broker(settings, reactor):
     """Build the broker's MultiService from C{settings}; C{reactor} is the clock and I/O."""
+    _refuse_retired_keys(settings)
     _instance_dir(settings)
     store_service = open_store(settings, reactor)   # S3.2; recovered in startService
     broker = Broker(reactor, CoreConfig(
@@ -250,7 +250,7 @@ def build_broker(settings, reactor):
         max_name_length=settings["mqgate.destination.max_name_length"],
         max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)))
-    authenticator, login_threads = _authenticator(settings, reactor)
+    authenticator, identities, login_threads = _authenticator(settings, reactor)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
@@ -268,9 +268,11 @@ def build_broker(settings, reactor):
         ingress_limits=(settings["mqgate.ingress.guaranteed.max_message_size"],
                         settings["mqgate.ingress.direct.max_message_size"]),
         ingress_budget=IngressBudget(settings["mqgate.ingress.buffer.budget"]))
+    # TLS certificate users are looked up without the login guard: there is no
+    # password to check or slow down (S4.7).
     shared = dict(settings=settings, broker=broker, authenticator=authenticator,
                   reactor=reactor, flusher=flusher, admin_requests=admin_requests,
-                  egress=egress)
+                  egress=egress, identities=identities)
     services = []
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
@@ -293,6 +295,38 @@ def build_broker(settings, reactor):
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     return top
+
+
+def _refuse_retired_keys(settings):
+    """A key this version replaced stops the start-up, naming its replacement: going on
+    without it would change who may log in behind the operator's back."""
+    if settings.source_of(RETIRED_ANONYMOUS_KEY) != "default":
+        raise ConfigError(
+            RETIRED_ANONYMOUS_KEY, settings[RETIRED_ANONYMOUS_KEY],
+            "nothing: it was replaced by one key per service, "
+            "mqgate.SERVICE.allow_anonymous (default false), e.g. "
+            "mqgate.jms.allow_anonymous=true; remove this key",
+            settings.source_of(RETIRED_ANONYMOUS_KEY))
+
+
+def _login_policy(settings, name):
+    """How clients of service C{name} may log in (S4.2, S4.7)."""
+    kind, transport = SERVICES[name]
+    tls = transport == "tls"
+    allow_anonymous = settings[f"mqgate.{name}.allow_anonymous"]
+    allow_password = tls or settings[f"mqgate.{name}.sasl.plain.allow_cleartext"]
+    if not (allow_password or allow_anonymous):
+        raise ConfigError(
+            f"mqgate.{name}.sasl.plain.allow_cleartext", "false",
+            f"true while mqgate.{name}.allow_anonymous is false: otherwise no client can "
+            f"log in to the {name} service (take it off mqgate.service.activelist "
+            "instead)")
+    return LoginPolicy(
+        name, allow_anonymous=allow_anonymous, allow_password=allow_password,
+        tls_services=tuple(other for other, (other_kind, other_transport)
+                           in SERVICES.items()
+                           if other_transport == "tls" and other_kind == kind),
+        client_certificates=tls and settings[f"mqgate.{name}.ssl.client_auth"] != "none")
 
 
 def _port_mapper(settings, reactor, registry):
@@ -320,8 +354,17 @@ def _tls_context(settings, name):
                           f"a TLS service only with a key pair in {directory}: create one "
                           f"with `mqgate keytool --varhome {settings.varhome} --instance "
                           f"{settings.instance}`")
+    client_auth = settings[f"mqgate.{name}.ssl.client_auth"]
+    ca_key = f"mqgate.{name}.ssl.ca_file"
+    ca_path = settings[ca_key] or None
+    if client_auth != "none" and ca_path is None:
+        raise ConfigError(ca_key, "", f"the PEM file of the CA certificates that sign "
+                          f"client certificates, needed while mqgate.{name}.ssl.client_auth "
+                          f"is {client_auth}")
+    if client_auth == "none":
+        ca_path = None
     try:
-        return load_context_factory(key_path, cert_path)
+        return _load_tls(key_path, cert_path, None, client_auth, ca_path, ca_key)
     except TlsMaterialError:
         password = find_password(settings, "mqgate.keystore.password",
                                  f"Password of the TLS key {key_path}: ")
@@ -330,10 +373,22 @@ def _tls_context(settings, name):
                               "the key's password in the password file "
                               "(mqgate.passfile.enabled=true) or typed at start-up") from None
         try:
-            return load_context_factory(key_path, cert_path, password)
+            return _load_tls(key_path, cert_path, password, client_auth, ca_path, ca_key)
         except TlsMaterialError as e:
             raise ConfigError("mqgate.keystore.password", "(hidden)",
                               f"the password of {key_path} ({e.reason})") from None
+
+
+def _load_tls(key_path, cert_path, password, client_auth, ca_path, ca_key):
+    """L{load_context_factory}, a CA file that does not load named by its key."""
+    try:
+        return load_context_factory(key_path, cert_path, password,
+                                    client_auth=client_auth, ca_path=ca_path)
+    except TlsMaterialError as e:
+        if ca_path is not None and e.path == ca_path:
+            raise ConfigError(ca_key, ca_path, f"a readable PEM file of CA certificates "
+                              f"({e.reason})") from None
+        raise
 
 
 def _attach_pool(top, name, factory, settings, reactor):
@@ -356,16 +411,17 @@ def _store_backlog(settings):
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
-                     flusher, egress, admin_requests=None):
+                     flusher, egress, admin_requests=None, identities=None):
     """The factory of one service: one protocol's, or a sniffing one over several."""
     kind, _transport = SERVICES[name]
+    policy = _login_policy(settings, name)
     setup_timeout = settings["mqgate.authentication.client.response.timeout"]
     factories = {}
     if "amqp" in protocols:
         amqp = AmqpServerFactory(
             settings=settings, broker=broker, authenticator=authenticator, clock=reactor,
             flusher=flusher, container_id=f"mqgate:{settings.instance}", egress=egress,
-            allow_anonymous=settings["mqgate.authentication.anonymous.enabled"],
+            login_policy=policy, identities=identities,
             glue_config=GlueConfig(
                 producer_credit=settings["mqgate.amqp.producer_credit"],
                 max_message_size=settings["mqgate.message.max_size"],
@@ -380,6 +436,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
             setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat), egress=egress,
             max_unauthenticated_bytes=settings["mqgate.authentication.client.max_bytes"],
+            login_policy=policy, identities=identities,
             glue_config=StompGlueConfig(
                 max_message_size=settings["mqgate.message.max_size"], service=name,
                 store_backlog=_store_backlog(settings),

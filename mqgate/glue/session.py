@@ -3,6 +3,7 @@ What the AMQP and STOMP glues share: their collaborators, the asynchronous login
 turning a parsed message into the core's L{BrokerMessage}.
 """
 
+from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -49,6 +50,12 @@ class BrokerSession:
         one is made when not given (tests).
     @param keepalive: called with the client profile's
         L{mqgate.egress.profiles.TcpKeepAlive} once the client is known (S9.7).
+    @param login_policy: the service's L{mqgate.security.auth.LoginPolicy} (the ways
+        in it allows), or None for any way (tests).
+    @param certificate_user: called with no arguments, the user name of the peer's
+        verified TLS client certificate, or None (S4.7); None: never one.
+    @param identities: what maps that name to a principal (C{principal_for}, see
+        L{mqgate.security.auth.IPrincipalSource}); the authenticator by default.
     @ivar egress: this connection's L{mqgate.glue.egress.Egress} (S9.1-S9.4).
     @ivar client: its L{mqgate.egress.clients.EgressClient} once it is registered.
     """
@@ -57,7 +64,11 @@ class BrokerSession:
 
     def __init__(self, engine, broker, authenticator, clock, config, request_flush,
                  peer="?", *, pause_reading=None, resume_reading=None, egress=None,
-                 keepalive=None):
+                 keepalive=None, login_policy=None, certificate_user=None,
+                 identities=None):
+        self.login_policy = login_policy
+        self.certificate_user = certificate_user or _no_certificate
+        self.identities = identities if identities is not None else authenticator
         self.context = egress if egress is not None else EgressContext(clock)
         self.egress = Egress(engine, self.context.meter(), request_flush)
         self.client = None
@@ -73,20 +84,32 @@ class BrokerSession:
         self.peer = peer
         self.principal = None
 
-    def _login(self, username, password):
+    def _login(self, username, password, certified=False):
         """Check credentials off the reactor thread (S4.2); None means anonymous.
 
         The authenticator is told the client's address and the service: failed logins
         slow down the next attempts from the same address, not from everyone, and a
-        flood on one service does not refuse another's logins."""
+        flood on one service does not refuse another's logins. C{certified}: the
+        client is user C{username} by its verified TLS certificate; no password to
+        check, only the user's groups to find (S4.7)."""
         source = self.peer.rpartition(":")[0] or None   # "host:port" -> host
         service = getattr(self.config, "service", None)
-        if username is None:
+        if certified:
+            d = defer.maybeDeferred(self.identities.principal_for, username)
+            d.addErrback(self._certificate_refused, username)
+        elif username is None:
             d = self.authenticator.authenticate_anonymous(source, service)
         else:
             d = self.authenticator.authenticate(username, password or "", source, service)
         d.addCallbacks(self._authenticated, self._not_authenticated)
         d.addErrback(lambda f: self.log.failure("authentication outcome", f))
+
+    def _certificate_refused(self, failure, username):
+        # Only holders of a certificate the CA signed get here: few, and worth a line.
+        self.log.info("login from {peer} with the TLS certificate of {user!r} refused: "
+                      "{why}", peer=self.peer, user=username[:64],
+                      why=getattr(failure.value, "reason", failure.getErrorMessage()))
+        return failure
 
     def _authenticated(self, principal):
         raise NotImplementedError
@@ -224,6 +247,10 @@ _FLOW_LIMITS = {
 
 def _ignore(_):
     pass
+
+
+def _no_certificate():
+    return None
 
 
 def _nothing():
