@@ -59,6 +59,8 @@ class ThrowawayCA:
                 digital_signature=True, content_commitment=False, key_encipherment=False,
                 data_encipherment=False, key_agreement=False, key_cert_sign=True,
                 crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(
+                self._key.public_key()), critical=False)
             .sign(self._key, hashes.SHA256()))
         stem = name.replace(" ", "-")
         self.cert_path = self.directory / f"{stem}.pem"
@@ -74,7 +76,13 @@ class ThrowawayCA:
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None),
                            critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            # Strict verifiers (OpenSSL's X509_STRICT, Python 3.13's default) want
+            # the key identifiers that tie a certificate to its issuer.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                self._key.public_key()), critical=False))
         if alt_names:
             builder = builder.add_extension(x509.SubjectAlternativeName(alt_names),
                                             critical=False)

@@ -9,23 +9,17 @@ C{sasl.plain.allow_cleartext=false} refuses passwords and points to its TLS serv
 Clients: raw sockets (to see the exact bytes), Proton and stomp.py.
 """
 
-import socket
-import time
-
 import pytest
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
-from mqgate.amqp import codec
-from mqgate.amqp.frames import (
-    AMQP_HEADER, SASL_FRAME, SASL_HEADER, FrameReader, encode_frame, split_body)
-from mqgate.amqp.performatives import (
-    Open, SaslInit, SaslMechanisms, SaslOutcome, encode_composite, from_described)
-from mqgate.amqp.types import Symbol
+from mqgate.amqp.frames import AMQP_HEADER, SASL_HEADER, encode_frame
+from mqgate.amqp.performatives import Open, encode_composite
 from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import (
     DEFAULT_TIMEOUT, broker_url, connect, opened, receive_all)
-from tests.e2e.stomp_client import RawStomp, clients, unique
+from tests.e2e.sasl_peer import SaslPeer as Raw, stomp_connect
+from tests.e2e.stomp_client import clients, unique
 
 UNAUTHORIZED = "amqp:unauthorized-access"
 
@@ -59,85 +53,6 @@ def guests(tmp_path_factory):
         yield process
     finally:
         process.kill()
-
-
-class Raw:
-    """A plain socket speaking AMQP by hand; every read has a deadline."""
-
-    def __init__(self, address):
-        self.sock = socket.create_connection(address, timeout=DEFAULT_TIMEOUT)
-        self.reader = FrameReader(1 << 20)
-        self.buffer = b""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.sock.close()
-
-    def _more(self, deadline):
-        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            data = self.sock.recv(65536)
-        except ConnectionResetError:
-            data = b""
-        self.buffer += data
-        return data
-
-    def header(self):
-        deadline = time.monotonic() + DEFAULT_TIMEOUT
-        while len(self.buffer) < 8:
-            assert self._more(deadline), f"closed after {self.buffer!r}"
-        header, self.buffer = self.buffer[:8], self.buffer[8:]
-        return header
-
-    def performative(self):
-        deadline = time.monotonic() + DEFAULT_TIMEOUT
-        frames = self.reader.feed(self.buffer)
-        self.buffer = b""
-        while not frames:
-            assert self._more(deadline), "closed before the next frame"
-            frames = self.reader.feed(self.buffer)
-            self.buffer = b""
-        assert len(frames) == 1, frames
-        value, _ = split_body(frames[0][2], codec.decode)
-        return from_described(value)
-
-    def rest_until_closed(self):
-        """What the broker still sends before it closes the socket."""
-        deadline = time.monotonic() + DEFAULT_TIMEOUT
-        while time.monotonic() < deadline:
-            if not self._more(deadline):
-                return self.buffer
-        raise AssertionError(f"still open after {DEFAULT_TIMEOUT} s: {self.buffer!r}")
-
-    def sasl(self, mechanism, response=b""):
-        """The mechanisms offered, and the outcome of trying C{mechanism}."""
-        self.sock.sendall(SASL_HEADER)
-        assert self.header() == SASL_HEADER
-        offered = self.performative()
-        assert isinstance(offered, SaslMechanisms)
-        self.sock.sendall(encode_frame(encode_composite(SaslInit(
-            mechanism=Symbol(mechanism), initial_response=response)),
-            frame_type=SASL_FRAME))
-        outcome = self.performative()
-        assert isinstance(outcome, SaslOutcome)
-        return [str(m) for m in offered.sasl_server_mechanisms], outcome
-
-
-def stomp_connect(address, *headers):
-    """Send CONNECT with C{headers} on a raw socket; the broker's answer and whether it
-    closed the socket after an ERROR."""
-    client = RawStomp(address)
-    try:
-        lines = ["accept-version:1.2", "host:localhost", *headers]
-        client.send(("CONNECT\n" + "\n".join(lines) + "\n\n").encode() + b"\x00")
-        frame = client.read_frame()
-        if frame.command == "ERROR":
-            client.read_until_closed()
-        return frame
-    finally:
-        client.close()
 
 
 def round_trip(conn, body):
