@@ -56,6 +56,9 @@ class BrokerSession:
         verified TLS client certificate, or None (S4.7); None: never one.
     @param identities: what maps that name to a principal (C{principal_for}, see
         L{mqgate.security.auth.IPrincipalSource}); the authenticator by default.
+    @param audit: an L{mqgate.security.audit.IAuditTrail} for the logins this session
+        decides without the login guard (a certificate's user, a CONNECT refused by
+        the login policy; the guard records password logins), or None (S4.8).
     @ivar egress: this connection's L{mqgate.glue.egress.Egress} (S9.1-S9.4).
     @ivar client: its L{mqgate.egress.clients.EgressClient} once it is registered.
     """
@@ -65,7 +68,8 @@ class BrokerSession:
     def __init__(self, engine, broker, authenticator, clock, config, request_flush,
                  peer="?", *, pause_reading=None, resume_reading=None, egress=None,
                  keepalive=None, login_policy=None, certificate_user=None,
-                 identities=None):
+                 identities=None, audit=None):
+        self.audit = audit
         self.login_policy = login_policy
         self.certificate_user = certificate_user or _no_certificate
         self.identities = identities if identities is not None else authenticator
@@ -96,7 +100,8 @@ class BrokerSession:
         service = getattr(self.config, "service", None)
         if certified:
             d = defer.maybeDeferred(self.identities.principal_for, username)
-            d.addErrback(self._certificate_refused, username)
+            d.addCallbacks(self._certificate_accepted, self._certificate_refused,
+                           errbackArgs=(username,))
         elif username is None:
             d = self.authenticator.authenticate_anonymous(source, service)
         else:
@@ -104,12 +109,25 @@ class BrokerSession:
         d.addCallbacks(self._authenticated, self._not_authenticated)
         d.addErrback(lambda f: self.log.failure("authentication outcome", f))
 
+    def _certificate_accepted(self, principal):
+        self.audit_login("ok", principal.name, "certificate")
+        return principal
+
     def _certificate_refused(self, failure, username):
         # Only holders of a certificate the CA signed get here: few, and worth a line.
+        why = getattr(failure.value, "reason", failure.getErrorMessage())
         self.log.info("login from {peer} with the TLS certificate of {user!r} refused: "
-                      "{why}", peer=self.peer, user=username[:64],
-                      why=getattr(failure.value, "reason", failure.getErrorMessage()))
+                      "{why}", peer=self.peer, user=username[:64], why=why)
+        self.audit_login("failed", username[:64], "certificate", why=why)
         return failure
+
+    def audit_login(self, outcome, user, mechanism, **details):
+        """Record an authentication this session decided itself (S4.8)."""
+        if self.audit is not None:
+            self.audit.record("authentication", outcome, user=user,
+                              address=self.peer.rpartition(":")[0] or None,
+                              service=getattr(self.config, "service", None),
+                              mechanism=mechanism, **details)
 
     def _authenticated(self, principal):
         raise NotImplementedError

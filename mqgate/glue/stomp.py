@@ -282,6 +282,8 @@ class StompBrokerSession(BrokerSession):
         policy = self.login_policy
         refusal = policy.refusal(event.login, certified is not None) if policy else None
         if refusal is not None:   # S4.2: a guest, or a password over cleartext
+            self.audit_login("failed", event.login and event.login[:64],
+                             "none" if event.login is None else "password", why=refusal)
             self.engine.refuse(refusal, refusal)
             self.request_flush()
         elif certified is not None:

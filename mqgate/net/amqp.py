@@ -45,11 +45,12 @@ class AmqpServerFactory(EngineFactory):
         guests if C{allow_anonymous}.
     @param identities: what maps a certificate's user to a principal (see
         L{mqgate.glue.session.BrokerSession}); the authenticator by default.
+    @param audit: the audit trail for certificate logins (S4.8), or None.
     """
 
     def __init__(self, *, settings, broker, authenticator, clock, flusher, glue_config,
                  container_id, allow_anonymous=True, header_timeout=None, egress=None,
-                 login_policy=None, identities=None):
+                 login_policy=None, identities=None, audit=None):
         super().__init__(clock=clock, flusher=flusher, setup_timeout=header_timeout or
                          settings["mqgate.authentication.client.response.timeout"],
                          egress=egress)
@@ -61,6 +62,7 @@ class AmqpServerFactory(EngineFactory):
         self.login_policy = login_policy or LoginPolicy(
             glue_config.service, allow_anonymous=allow_anonymous)
         self.identities = identities
+        self.audit = audit
 
     @property
     def allow_anonymous(self):
@@ -90,7 +92,7 @@ class AmqpServerFactory(EngineFactory):
                                  resume_reading=protocol.resume_reading,
                                  egress=self.egress, keepalive=protocol.set_keepalive,
                                  login_policy=policy, certificate_user=identity,
-                                 identities=self.identities)
+                                 identities=self.identities, audit=self.audit)
         return engine, glue
 
     def abandon(self, engine, why, description):

@@ -38,6 +38,8 @@ class StompServerFactory(EngineFactory):
         and guests.
     @param identities: what maps a certificate's user to a principal; the
         authenticator by default.
+    @param audit: the audit trail for certificate logins and CONNECTs the login
+        policy refuses (S4.8), or None.
     """
 
     # A STOMP server may send ERROR at any time: a refused client hears why at once.
@@ -48,7 +50,7 @@ class StompServerFactory(EngineFactory):
     def __init__(self, *, broker, authenticator, clock, flusher, glue_config,
                  setup_timeout, heartbeat=(10000, 10000), egress=None,
                  max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES,
-                 login_policy=None, identities=None):
+                 login_policy=None, identities=None, audit=None):
         super().__init__(clock=clock, flusher=flusher, setup_timeout=setup_timeout,
                          egress=egress)
         self.max_unauthenticated_bytes = max_unauthenticated_bytes
@@ -59,6 +61,7 @@ class StompServerFactory(EngineFactory):
         self.login_policy = login_policy or LoginPolicy(
             glue_config.service, allow_anonymous=True)
         self.identities = identities
+        self.audit = audit
 
     def make_session(self, protocol):
         guaranteed, direct = self.egress.ingress_limits
@@ -76,7 +79,7 @@ class StompServerFactory(EngineFactory):
                                   certificate_user=(
                                       certificate_user_of(protocol)
                                       if self.login_policy.client_certificates else None),
-                                  identities=self.identities)
+                                  identities=self.identities, audit=self.audit)
         return engine, glue
 
     def abandon(self, engine, why, description):
