@@ -20,7 +20,7 @@ from mqgate import __version__, sniff
 from mqgate.admin.requests import AdminContext, AdminRequests, reload_commands
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
 from mqgate.amqp.message import parse_message
-from mqgate.config.schema import SERVICES
+from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.persistence import Persistence
 from mqgate.egress.clients import ClientRegistry
@@ -46,7 +46,7 @@ from mqgate.security.access_control import (
     Reloadables, RuleFileWatcher, RuleSet, ServiceAccess, ensure_rule_file)
 from mqgate.security.audit import (
     NO_AUDIT, AuditingAuthenticator, AuditTrail, LogSink, RotatingFile)
-from mqgate.security.auth import FileAuthenticator
+from mqgate.security.auth import FileAuthenticator, LoginPolicy
 from mqgate.security.authcache import AuthCache
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
@@ -239,10 +239,10 @@ def _authenticator(settings, reactor):
     def run_in_thread(f, *args):
         return deferToThreadPool(reactor, pool, f, *args)
 
-    checker = FileAuthenticator(
-        repository, run_in_thread,
-        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    # Whether guests may log in is each service's LoginPolicy (S4.2).
+    checker = FileAuthenticator(repository, run_in_thread)
     guard = _login_guard(checker, settings, reactor)
+
     def generation():
         # A login the cache answers never reaches the repository, so the cache asks it
         # to look at its file: one stat a second at most, on the reactor thread (a
@@ -262,7 +262,7 @@ def _authenticator(settings, reactor):
             return False, f"kept the previous users: {e}"
         return True, ("users changed" if changed else "no change")
 
-    return cache, _ThreadPoolService(pool), reload_users
+    return cache, checker, _ThreadPoolService(pool), reload_users
 
 
 def _auth_cache(authenticator, settings, reactor, generation=None):
@@ -301,14 +301,12 @@ def _ldap_authenticator(settings, reactor):
         return deferToThreadPool(reactor, pool, f, *args)
 
     directory = LdapDirectory(config)
-    checker = LdapAuthenticator(
-        directory, run_in_thread, reactor,
-        allow_anonymous=settings["mqgate.authentication.anonymous.enabled"])
+    checker = LdapAuthenticator(directory, run_in_thread, reactor)
     # At stop, checks still queued or waiting on a silent directory end at once
     # instead of holding the shutdown for their timeouts.
     # The directory cannot say when a user changes: cached logins only expire (ttl).
     return (_auth_cache(_login_guard(checker, settings, reactor), settings, reactor),
-            _ThreadPoolService(pool, before_join=directory.close), None)
+            checker, _ThreadPoolService(pool, before_join=directory.close), None)
 
 
 def _audit_trail(settings, reactor):
@@ -379,6 +377,7 @@ def _login_guard(checker, settings, reactor):
 
 def build_broker(settings, reactor):
     """Build the broker's MultiService from C{settings}; C{reactor} is the clock and I/O."""
+    _refuse_retired_keys(settings)
     _instance_dir(settings)
     if settings["mqgate.passfile.enabled"]:
         check_passfile(settings.passfile_path)   # S4.6: not one others can read
@@ -399,7 +398,8 @@ def build_broker(settings, reactor):
         max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
-    authenticator, login_threads, reload_users = _authenticator(settings, reactor)
+    authenticator, identities, login_threads, reload_users = _authenticator(
+        settings, reactor)
     authenticator = AuditingAuthenticator(authenticator, audit)
     flusher = Flusher(reactor)
     top = BrokerService(settings, broker, flusher, reactor)
@@ -430,9 +430,11 @@ def build_broker(settings, reactor):
         ingress_limits=(settings["mqgate.ingress.guaranteed.max_message_size"],
                         settings["mqgate.ingress.direct.max_message_size"]),
         ingress_budget=IngressBudget(settings["mqgate.ingress.buffer.budget"]))
+    # TLS certificate users are looked up without the login guard: there is no
+    # password to check or slow down (S4.7).
     shared = dict(settings=settings, broker=broker, authenticator=authenticator,
                   reactor=reactor, flusher=flusher, admin_requests=admin_requests,
-                  egress=egress, access=access)
+                  egress=egress, access=access, identities=identities, audit=audit)
     services = []
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
@@ -499,6 +501,36 @@ def _reload_all(rule_sets):
     """Reload every rule file: C{(all ok, what happened to each)}."""
     results = [rule_set.reload() for rule_set in rule_sets]
     return all(ok for ok, _ in results), "; ".join(text for _, text in results)
+def _refuse_retired_keys(settings):
+    """A key this version replaced stops the start-up, naming its replacement: going on
+    without it would change who may log in behind the operator's back."""
+    if settings.source_of(RETIRED_ANONYMOUS_KEY) != "default":
+        raise ConfigError(
+            RETIRED_ANONYMOUS_KEY, settings[RETIRED_ANONYMOUS_KEY],
+            "nothing: it was replaced by one key per service, "
+            "mqgate.SERVICE.allow_anonymous (default false), e.g. "
+            "mqgate.jms.allow_anonymous=true; remove this key",
+            settings.source_of(RETIRED_ANONYMOUS_KEY))
+
+
+def _login_policy(settings, name):
+    """How clients of service C{name} may log in (S4.2, S4.7)."""
+    kind, transport = SERVICES[name]
+    tls = transport == "tls"
+    allow_anonymous = settings[f"mqgate.{name}.allow_anonymous"]
+    allow_password = tls or settings[f"mqgate.{name}.sasl.plain.allow_cleartext"]
+    if not (allow_password or allow_anonymous):
+        raise ConfigError(
+            f"mqgate.{name}.sasl.plain.allow_cleartext", "false",
+            f"true while mqgate.{name}.allow_anonymous is false: otherwise no client can "
+            f"log in to the {name} service (take it off mqgate.service.activelist "
+            "instead)")
+    return LoginPolicy(
+        name, allow_anonymous=allow_anonymous, allow_password=allow_password,
+        tls_services=tuple(other for other, (other_kind, other_transport)
+                           in SERVICES.items()
+                           if other_transport == "tls" and other_kind == kind),
+        client_certificates=tls and settings[f"mqgate.{name}.ssl.client_auth"] != "none")
 
 
 def _port_mapper(settings, reactor, registry):
@@ -526,8 +558,17 @@ def _tls_context(settings, name):
                           f"a TLS service only with a key pair in {directory}: create one "
                           f"with `mqgate keytool --varhome {settings.varhome} --instance "
                           f"{settings.instance}`")
+    client_auth = settings[f"mqgate.{name}.ssl.client_auth"]
+    ca_key = f"mqgate.{name}.ssl.ca_file"
+    ca_path = settings[ca_key] or None
+    if client_auth != "none" and ca_path is None:
+        raise ConfigError(ca_key, "", f"the PEM file of the CA certificates that sign "
+                          f"client certificates, needed while mqgate.{name}.ssl.client_auth "
+                          f"is {client_auth}")
+    if client_auth == "none":
+        ca_path = None
     try:
-        return load_context_factory(key_path, cert_path)
+        return _load_tls(key_path, cert_path, None, client_auth, ca_path, ca_key)
     except TlsMaterialError:
         password = find_password(settings, "mqgate.keystore.password",
                                  f"Password of the TLS key {key_path}: ")
@@ -536,10 +577,22 @@ def _tls_context(settings, name):
                               "the key's password in the password file "
                               "(mqgate.passfile.enabled=true) or typed at start-up") from None
         try:
-            return load_context_factory(key_path, cert_path, password)
+            return _load_tls(key_path, cert_path, password, client_auth, ca_path, ca_key)
         except TlsMaterialError as e:
             raise ConfigError("mqgate.keystore.password", "(hidden)",
                               f"the password of {key_path} ({e.reason})") from None
+
+
+def _load_tls(key_path, cert_path, password, client_auth, ca_path, ca_key):
+    """L{load_context_factory}, a CA file that does not load named by its key."""
+    try:
+        return load_context_factory(key_path, cert_path, password,
+                                    client_auth=client_auth, ca_path=ca_path)
+    except TlsMaterialError as e:
+        if ca_path is not None and e.path == ca_path:
+            raise ConfigError(ca_key, ca_path, f"a readable PEM file of CA certificates "
+                              f"({e.reason})") from None
+        raise
 
 
 def _attach_pool(top, name, factory, settings, reactor):
@@ -562,16 +615,18 @@ def _store_backlog(settings):
 
 
 def _service_factory(name, protocols, *, settings, broker, authenticator, reactor,
-                     flusher, egress, admin_requests=None, access=None):
+                     flusher, egress, admin_requests=None, access=None,
+                     identities=None, audit=NO_AUDIT):
     """The factory of one service: one protocol's, or a sniffing one over several."""
     kind, _transport = SERVICES[name]
+    policy = _login_policy(settings, name)
     setup_timeout = settings["mqgate.authentication.client.response.timeout"]
     factories = {}
     if "amqp" in protocols:
         amqp = AmqpServerFactory(
             settings=settings, broker=broker, authenticator=authenticator, clock=reactor,
             flusher=flusher, container_id=f"mqgate:{settings.instance}", egress=egress,
-            allow_anonymous=settings["mqgate.authentication.anonymous.enabled"],
+            login_policy=policy, identities=identities, audit=audit,
             glue_config=GlueConfig(
                 producer_credit=settings["mqgate.amqp.producer_credit"],
                 max_message_size=settings["mqgate.message.max_size"],
@@ -587,6 +642,7 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
             broker=broker, authenticator=authenticator, clock=reactor, flusher=flusher,
             setup_timeout=setup_timeout, heartbeat=(heartbeat, heartbeat), egress=egress,
             max_unauthenticated_bytes=settings["mqgate.authentication.client.max_bytes"],
+            login_policy=policy, identities=identities, audit=audit,
             glue_config=StompGlueConfig(
                 max_message_size=settings["mqgate.message.max_size"], service=name,
                 access=(access or {}).get(name),

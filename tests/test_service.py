@@ -16,6 +16,7 @@ from twisted.logger import LogLevel, capturedLogs
 from twisted.python.failure import Failure
 
 from mqgate import sniff
+from mqgate.errors import ConfigError
 from mqgate.amqp.frames import SASL_HEADER
 from mqgate.config import Settings
 from mqgate.net.amqp import AmqpServerFactory
@@ -120,17 +121,37 @@ def test_admin_service_glue_is_admin_only(tmp_path):
 
 
 def test_glue_and_factory_settings_come_from_settings(tmp_path):
-    """Producer credit, message size limit and anonymous login are read from Settings."""
+    """Producer credit, message size limit and anonymous login are read from Settings;
+    guests are let in only on the service that allows them (S4.2)."""
     top, _reactor, _events = build(tmp_path, {
         "mqgate.amqp.producer_credit": "17",
-        "mqgate.authentication.anonymous.enabled": "false",
+        "mqgate.jms.allow_anonymous": "true",
         "mqgate.authentication.client.response.timeout": "7"})
     factory = amqp_factory(children(top)["jms"])
     assert factory.glue_config.producer_credit == 17
     assert factory.glue_config.max_message_size == top.settings["mqgate.message.max_size"]
-    assert factory.allow_anonymous is False
-    assert factory.sasl_mechanisms == ("PLAIN",)
+    assert factory.allow_anonymous is True
+    assert factory.login_policy.mechanisms == ("PLAIN", "ANONYMOUS")
     assert factory.setup_timeout == 7
+    admin = amqp_factory(children(top)["admin"])
+    assert admin.login_policy.mechanisms == ("PLAIN",)
+
+
+def test_the_retired_anonymous_switch_stops_the_start_up_naming_its_replacement(tmp_path):
+    """S4.2: the broker-wide anonymous switch, set to anything, is a configuration
+    error that names the per-service key replacing it."""
+    with pytest.raises(ConfigError) as caught:
+        build(tmp_path, {"mqgate.authentication.anonymous.enabled": "true"})
+    assert caught.value.key == "mqgate.authentication.anonymous.enabled"
+    assert "mqgate.jms.allow_anonymous=true" in str(caught.value)
+
+
+def test_a_cleartext_service_with_no_way_in_stops_the_start_up(tmp_path):
+    """S4.2: passwords refused over cleartext and no guests leave the service no way
+    in: a configuration error naming the key, not a service nobody can use."""
+    with pytest.raises(ConfigError) as caught:
+        build(tmp_path, {"mqgate.jms.sasl.plain.allow_cleartext": "false"})
+    assert caught.value.key == "mqgate.jms.sasl.plain.allow_cleartext"
 
 
 def test_start_listens_on_the_configured_interface_and_ports(tmp_path):

@@ -131,9 +131,21 @@ class Connection:
         or None to refuse a SASL header. Client: ignored.
     @param allow_no_sasl: server: accept a plain AMQP header; the peer is then
         authenticated as anonymous (an L{AuthenticationRequested} with mechanism
-        C{"NONE"} is reported and must be answered).
+        C{"NONE"} is reported and must be answered). Without it a plain header is
+        answered with the SASL header and the connection dropped: that is how a server
+        requiring SASL says so (Part 2 section 2.2, Part 5 section 5.3.1).
+    @param sasl_refusals: server: mechanism -> the description of the C{auth} outcome
+        a peer trying that mechanism gets while it is not offered (say which setting
+        allows it, or what to use instead).
+    @param external_identity: server: a callable with no arguments returning the user
+        name of the peer's verified TLS client certificate, or None. It is asked when
+        the SASL header arrives (the TLS handshake is over by then); with a name,
+        EXTERNAL is offered first and a peer choosing it is reported as an
+        L{AuthenticationRequested} with mechanism C{"EXTERNAL"} and that name as
+        C{username} (RFC 4422 appendix A: an authorization identity the peer sends must
+        be that name).
     @param credentials: client: C{(username, password)} for PLAIN, C{"ANONYMOUS"} for
-        ANONYMOUS, or None to skip SASL.
+        ANONYMOUS, C{"EXTERNAL"} for EXTERNAL, or None to skip SASL.
     @param handle_max: the handle-max our sessions announce: at most this + 1 links of
         the peer per session.
     @param max_preauth_bytes: server: bytes accepted before the login succeeds.
@@ -152,6 +164,7 @@ class Connection:
     def __init__(self, *, server=True, container_id="mqgate", max_frame_size=1 << 20,
                  channel_max=255, idle_timeout=60.0, sasl_mechanisms=("PLAIN", "ANONYMOUS"),
                  allow_no_sasl=True, credentials=None, hostname=None,
+                 sasl_refusals=None, external_identity=None,
                  offered_capabilities=None, properties=None, handle_max=HANDLE_MAX,
                  max_preauth_bytes=MAX_PREAUTH_BYTES, max_partial_bytes=None,
                  ingress_budget=None,
@@ -163,6 +176,10 @@ class Connection:
         self.idle_timeout = idle_timeout or None
         self.sasl_mechanisms = tuple(sasl_mechanisms or ())
         self.allow_no_sasl = allow_no_sasl
+        self.sasl_refusals = dict(sasl_refusals or {})
+        self.external_identity = external_identity
+        self._offered = self.sasl_mechanisms   # this peer's list, fixed at its header
+        self._certificate_user = None          # the EXTERNAL identity, when offered
         self.credentials = credentials
         self.hostname = hostname
         self.offered_capabilities = offered_capabilities
@@ -332,8 +349,11 @@ class Connection:
             self.state = ConnectionState.HDR_EXCH
             self._phase = _AMQP
         else:
-            self._write_frame(0, SaslOutcome(code=SASL_OK if ok else SASL_AUTH),
-                              frame_type=SASL_FRAME)
+            # A refusal says why in the outcome's additional data (section 5.3.3.6).
+            self._write_frame(0, SaslOutcome(
+                code=SASL_OK if ok else SASL_AUTH,
+                additional_data=None if ok or not description else description.encode()),
+                frame_type=SASL_FRAME)
             if not ok:
                 self.authenticated = None
                 self.finished = True
@@ -527,10 +547,10 @@ class Connection:
         raise _Unrecoverable(f"not an AMQP 1.0 protocol header: {bytes(header[:8])!r}")
 
     def _server_header(self, header, events):
-        if header == SASL_HEADER and self.sasl_mechanisms and self.authenticated is None:
+        if header == SASL_HEADER and self.authenticated is None and self._offer():
             self._write(SASL_HEADER)
             self._write_frame(0, SaslMechanisms(
-                sasl_server_mechanisms=tuple(Symbol(m) for m in self.sasl_mechanisms)),
+                sasl_server_mechanisms=tuple(Symbol(m) for m in self._offered)),
                 frame_type=SASL_FRAME)
             self._phase = _SASL
         elif header == AMQP_HEADER and self.authenticated is not None:
@@ -544,6 +564,24 @@ class Connection:
             events.append(AuthenticationRequested("NONE", None, None, None))
         else:
             self._bad_header(header)
+
+    def _offer(self):
+        """Fix the mechanisms offered to this peer; return whether there are any.
+
+        EXTERNAL comes first when the peer's certificate names a user: a client that
+        went to the trouble of presenting one means to use it."""
+        user = self.external_identity() if self.external_identity is not None else None
+        self._certificate_user = user or None
+        mechanisms = tuple(m for m in self.sasl_mechanisms if m != "EXTERNAL")
+        self._offered = (("EXTERNAL",) if user else ()) + mechanisms
+        return bool(self._offered)
+
+    def _refuse_mechanism(self, description):
+        """Answer a SASL init with outcome C{auth} and C{description}, and give up."""
+        self._write_frame(0, SaslOutcome(code=SASL_AUTH,
+                                         additional_data=description.encode()),
+                          frame_type=SASL_FRAME)
+        raise _Unrecoverable(description)
 
     def _on_sasl_frame(self, ftype, body, events):
         if ftype != SASL_FRAME:
@@ -571,11 +609,20 @@ class Connection:
 
     def _on_sasl_init(self, init, events):
         mechanism = str(init.mechanism)
-        if mechanism not in self.sasl_mechanisms:
-            self._write_frame(0, SaslOutcome(code=SASL_AUTH), frame_type=SASL_FRAME)
-            raise _Unrecoverable(f"SASL mechanism {mechanism!r} is not offered")
+        if mechanism not in self._offered:
+            self._refuse_mechanism(self.sasl_refusals.get(mechanism) or (
+                f"SASL mechanism {mechanism[:40]!r} is not offered; offered: "
+                f"{', '.join(self._offered)}"))
         username = password = None
-        if mechanism == "PLAIN":
+        if mechanism == "EXTERNAL":
+            username = self._certificate_user
+            authzid = bytes(init.initial_response or b"")
+            if authzid and authzid != username.encode("utf-8"):
+                self._refuse_mechanism(
+                    f"SASL EXTERNAL: the authorization identity "
+                    f"{authzid[:64].decode('utf-8', 'replace')!r} is not the user of "
+                    f"the client certificate ({username!r}); send none, or that one")
+        elif mechanism == "PLAIN":
             parts = bytes(init.initial_response or b"").split(b"\x00")
             if len(parts) != 3:
                 self._write_frame(0, SaslOutcome(code=SASL_AUTH), frame_type=SASL_FRAME)
@@ -850,8 +897,8 @@ class Connection:
 
     def _client_sasl_init(self, mechanisms):
         offered = mechanisms.sasl_server_mechanisms or ()
-        if self.credentials == "ANONYMOUS":
-            mechanism, response = "ANONYMOUS", b""
+        if self.credentials in ("ANONYMOUS", "EXTERNAL"):
+            mechanism, response = self.credentials, b""
         else:
             user, password = self.credentials
             mechanism = "PLAIN"

@@ -36,7 +36,7 @@ __all__ = [
     "Bool", "Int", "Seconds", "Size", "SizeLimit", "Choice", "Text", "TextList", "Key",
     "KEYS", "SCHEMA", "SERVICES", "SERVICE_PORT_KEYS", "SHIPPED_OVERRIDES",
     "INSTANCE_NAME", "CANONICAL_PREFIX", "ALIAS_PREFIX", "FAMILIES",
-    "canonical_key", "render_properties", "REGENERATE",
+    "canonical_key", "render_properties", "REGENERATE", "RETIRED_ANONYMOUS_KEY",
 ]
 
 CANONICAL_PREFIX = "mqgate."
@@ -342,6 +342,44 @@ def _service_rows():
     return rows
 
 
+#: The broker-wide anonymous switch this version replaced by per-service keys; kept in
+#: the table only so that setting it can be refused with the replacement named.
+RETIRED_ANONYMOUS_KEY = "mqgate.authentication.anonymous.enabled"
+
+
+def _login_rows(service):
+    """How clients of C{service} may log in: guests, passwords in cleartext (tcp
+    services), TLS client certificates (tls services) (S4.2, S4.7)."""
+    rows = [Key(
+        f"mqgate.{service}.allow_anonymous", Bool(), "false",
+        f"Let clients of the {service} service in as the guest user without credentials: "
+        "the AMQP header without SASL, SASL ANONYMOUS, a STOMP CONNECT without login "
+        "(S4.2).")]
+    if SERVICES[service][1] == "tcp":
+        rows.append(Key(
+            f"mqgate.{service}.sasl.plain.allow_cleartext", Bool(), "true",
+            f"Accept passwords (SASL PLAIN, STOMP login/passcode) on the cleartext "
+            f"{service} service. True by default because the shipped services bind to "
+            "loopback only; set false when the service listens on a network, so that "
+            "passwords go over a TLS service only (S4.2, S4.7)."))
+    else:
+        rows += [
+            Key(f"mqgate.{service}.ssl.client_auth", Choice(("none", "want", "need")),
+                "none",
+                f"TLS client certificates on the {service} service: none (not asked "
+                "for), want (asked for; a client without one may still log in with a "
+                "password) or need (a client without a certificate the CA file verifies "
+                "fails the TLS handshake). A verified certificate logs in with SASL "
+                "EXTERNAL, or a STOMP CONNECT without login, as the user named by its "
+                "subject's CN (S4.7)."),
+            Key(f"mqgate.{service}.ssl.ca_file", Text(), "",
+                f"PEM file of the CA certificates that sign client certificates of the "
+                f"{service} service; required when ssl.client_auth is want or need "
+                "(S4.7)."),
+        ]
+    return rows
+
+
 # S3.5: the SQL store's tables (mqgate/store/sqldialects.py TABLES; a test keeps the two
 # lists equal) and what each holds, for the DDL override keys.
 JDBC_TABLES = {
@@ -568,8 +606,13 @@ KEYS = (
     Key("mqgate.user_repository.ldap.max_connections", Int(1, 1024), "8",
         "Logins checked against the directory at once (each on a thread of its own with "
         "its own connections); more wait their turn."),
-    Key("mqgate.authentication.anonymous.enabled", Bool(), "true",
-        "Let SASL ANONYMOUS (or no SASL) log in as the guest user."),
+    Key(RETIRED_ANONYMOUS_KEY, Text(), "",
+        "Replaced by the per-service mqgate.SERVICE.allow_anonymous (default false); "
+        "setting it stops the broker at start-up with an error naming the "
+        "replacement."),
+    # -- how clients log in, per service (S4.2, S4.7) -----------------------------------
+    *(row for service in ("jms", "admin", "ssljms", "ssladmin", "stomp")
+      for row in _login_rows(service)),
     Key("mqgate.authentication.client.response.timeout", Seconds(0), "20",
         "Seconds a client has from connecting until it is logged in (AMQP: SASL and open; "
         "STOMP: CONNECTED); past it the connection is closed. Short (OpenMQ waits 180), "

@@ -168,6 +168,9 @@ class AmqpBrokerSession(BrokerSession):
     # -- connection ----------------------------------------------------------------------
 
     def _authentication_requested(self, event):
+        if event.mechanism == "EXTERNAL":   # the certificate's user (S4.7)
+            self._login(event.username, None, certified=True)
+            return
         anonymous = event.mechanism in ("ANONYMOUS", "NONE")
         self._login(None if anonymous else event.username, event.password)
 

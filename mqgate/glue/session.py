@@ -3,6 +3,7 @@ What the AMQP and STOMP glues share: their collaborators, the asynchronous login
 turning a parsed message into the core's L{BrokerMessage}.
 """
 
+from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -51,6 +52,15 @@ class BrokerSession:
         one is made when not given (tests).
     @param keepalive: called with the client profile's
         L{mqgate.egress.profiles.TcpKeepAlive} once the client is known (S9.7).
+    @param login_policy: the service's L{mqgate.security.auth.LoginPolicy} (the ways
+        in it allows), or None for any way (tests).
+    @param certificate_user: called with no arguments, the user name of the peer's
+        verified TLS client certificate, or None (S4.7); None: never one.
+    @param identities: what maps that name to a principal (C{principal_for}, see
+        L{mqgate.security.auth.IPrincipalSource}); the authenticator by default.
+    @param audit: an L{mqgate.security.audit.IAuditTrail} for the logins this session
+        decides without the login guard (a certificate's user, a CONNECT refused by
+        the login policy; the guard records password logins), or None (S4.8).
     @ivar egress: this connection's L{mqgate.glue.egress.Egress} (S9.1-S9.4).
     @ivar client: its L{mqgate.egress.clients.EgressClient} once it is registered.
     """
@@ -59,7 +69,12 @@ class BrokerSession:
 
     def __init__(self, engine, broker, authenticator, clock, config, request_flush,
                  peer="?", *, pause_reading=None, resume_reading=None, egress=None,
-                 keepalive=None):
+                 keepalive=None, login_policy=None, certificate_user=None,
+                 identities=None, audit=None):
+        self.audit = audit
+        self.login_policy = login_policy
+        self.certificate_user = certificate_user or _no_certificate
+        self.identities = identities if identities is not None else authenticator
         self.context = egress if egress is not None else EgressContext(clock)
         self.egress = Egress(engine, self.context.meter(), request_flush)
         self.client = None
@@ -75,24 +90,50 @@ class BrokerSession:
         self.peer = peer
         self.principal = None
 
-    def _login(self, username, password):
+    def _login(self, username, password, certified=False):
         """Check credentials off the reactor thread (S4.2); None means anonymous.
 
         The authenticator is told the client's address and the service: failed logins
         slow down the next attempts from the same address, not from everyone, and a
-        flood on one service does not refuse another's logins."""
+        flood on one service does not refuse another's logins. C{certified}: the
+        client is user C{username} by its verified TLS certificate; no password to
+        check, only the user's groups to find (S4.7)."""
         source = self.peer.rpartition(":")[0] or None   # "host:port" -> host
         service = getattr(self.config, "service", None)
         refused = self.login_refusal(username)
         if refused is not None:
             self.refuse_before_login(refused)
             return
-        if username is None:
+        if certified:
+            d = defer.maybeDeferred(self.identities.principal_for, username)
+            d.addCallbacks(self._certificate_accepted, self._certificate_refused,
+                           errbackArgs=(username,))
+        elif username is None:
             d = self.authenticator.authenticate_anonymous(source, service)
         else:
             d = self.authenticator.authenticate(username, password or "", source, service)
         d.addCallbacks(self._authenticated, self._not_authenticated)
         d.addErrback(lambda f: self.log.failure("authentication outcome", f))
+
+    def _certificate_accepted(self, principal):
+        self.audit_login("ok", principal.name, "certificate")
+        return principal
+
+    def _certificate_refused(self, failure, username):
+        # Only holders of a certificate the CA signed get here: few, and worth a line.
+        why = getattr(failure.value, "reason", failure.getErrorMessage())
+        self.log.info("login from {peer} with the TLS certificate of {user!r} refused: "
+                      "{why}", peer=self.peer, user=username[:64], why=why)
+        self.audit_login("failed", username[:64], "certificate", why=why)
+        return failure
+
+    def audit_login(self, outcome, user, mechanism, **details):
+        """Record an authentication this session decided itself (S4.8)."""
+        if self.audit is not None:
+            self.audit.record("authentication", outcome, user=user,
+                              address=self.peer.rpartition(":")[0] or None,
+                              service=getattr(self.config, "service", None),
+                              mechanism=mechanism, **details)
 
     def _authenticated(self, principal):
         raise NotImplementedError
@@ -286,6 +327,10 @@ _FLOW_LIMITS = {
 
 def _ignore(_):
     pass
+
+
+def _no_certificate():
+    return None
 
 
 def _nothing():

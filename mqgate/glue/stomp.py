@@ -280,8 +280,20 @@ class StompBrokerSession(BrokerSession):
     # -- connection ----------------------------------------------------------------------
 
     def _connect_requested(self, event):
-        self.client_id = _header(event.headers, "client-id") or event.login
-        self._login(event.login, event.passcode)
+        # Without a login, a verified TLS client certificate names the user (S4.7).
+        certified = self.certificate_user() if event.login is None else None
+        self.client_id = _header(event.headers, "client-id") or event.login or certified
+        policy = self.login_policy
+        refusal = policy.refusal(event.login, certified is not None) if policy else None
+        if refusal is not None:   # S4.2: a guest, or a password over cleartext
+            self.audit_login("failed", event.login and event.login[:64],
+                             "none" if event.login is None else "password", why=refusal)
+            self.engine.refuse(refusal, refusal)
+            self.request_flush()
+        elif certified is not None:
+            self._login(certified, None, certified=True)
+        else:
+            self._login(event.login, event.passcode)
 
     def _authenticated(self, principal):
         if self.engine.finished:

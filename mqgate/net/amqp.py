@@ -8,12 +8,19 @@ L{mqgate.net.engine.EngineProtocol} stops reading a peer whose frames wait and p
 reactor turn, after the other connections had theirs. One client pipelining a thousand
 attaches (each one a consumer or producer to create) thus costs others a few
 milliseconds per turn, not the whole burst at once.
+
+How a client may log in is the service's L{LoginPolicy} (S4.2, S4.7): the mechanisms
+offered (PLAIN unless passwords are refused over cleartext, ANONYMOUS and the plain
+AMQP header only where guests are allowed), what a client trying a withheld one is
+told, and EXTERNAL for a client whose TLS certificate the service verified.
 """
 
 from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import SASL_AUTH, SASL_SYS_TEMP, Connection
 from mqgate.glue.amqp import AmqpBrokerSession
 from mqgate.net.engine import EngineFactory, Flusher
+from mqgate.net.tls import certificate_user_of
+from mqgate.security.auth import LoginPolicy
 
 __all__ = ["AmqpServerFactory", "Flusher"]
 
@@ -32,10 +39,18 @@ _SETTING_NAMES = {
 
 
 class AmqpServerFactory(EngineFactory):
-    """Builds AMQP connections for one connection service."""
+    """Builds AMQP connections for one connection service.
+
+    @param login_policy: the service's L{LoginPolicy}; without one (tests), PLAIN, and
+        guests if C{allow_anonymous}.
+    @param identities: what maps a certificate's user to a principal (see
+        L{mqgate.glue.session.BrokerSession}); the authenticator by default.
+    @param audit: the audit trail for certificate logins (S4.8), or None.
+    """
 
     def __init__(self, *, settings, broker, authenticator, clock, flusher, glue_config,
-                 container_id, allow_anonymous=True, header_timeout=None, egress=None):
+                 container_id, allow_anonymous=True, header_timeout=None, egress=None,
+                 login_policy=None, identities=None, audit=None):
         super().__init__(clock=clock, flusher=flusher, setup_timeout=header_timeout or
                          settings["mqgate.authentication.client.response.timeout"],
                          egress=egress)
@@ -44,17 +59,27 @@ class AmqpServerFactory(EngineFactory):
         self.authenticator = authenticator
         self.glue_config = glue_config
         self.container_id = container_id
-        self.allow_anonymous = allow_anonymous
-        self.sasl_mechanisms = ("PLAIN", "ANONYMOUS") if allow_anonymous else ("PLAIN",)
+        self.login_policy = login_policy or LoginPolicy(
+            glue_config.service, allow_anonymous=allow_anonymous)
+        self.identities = identities
+        self.audit = audit
+
+    @property
+    def allow_anonymous(self):
+        """Whether guests may log in on this service."""
+        return self.login_policy.allow_anonymous
 
     def make_session(self, protocol):
         settings = self.settings
+        policy = self.login_policy
+        identity = certificate_user_of(protocol) if policy.client_certificates else None
         engine = Connection(
             server=True, container_id=self.container_id,
             max_frame_size=settings["mqgate.amqp.max_frame_size"],
             channel_max=settings["mqgate.amqp.channel_max"],
             idle_timeout=settings["mqgate.amqp.idle_timeout"],
-            sasl_mechanisms=self.sasl_mechanisms, allow_no_sasl=self.allow_anonymous,
+            sasl_mechanisms=policy.mechanisms, allow_no_sasl=policy.allow_anonymous,
+            sasl_refusals=policy.refusals, external_identity=identity,
             handle_max=settings["mqgate.amqp.handle_max"],
             heartbeat_floor=settings["mqgate.amqp.min_heartbeat_interval"] / 1000,
             max_preauth_bytes=settings["mqgate.authentication.client.max_bytes"],
@@ -65,7 +90,9 @@ class AmqpServerFactory(EngineFactory):
                                  self.glue_config, protocol.request_flush, peer=protocol.peer,
                                  pause_reading=protocol.pause_reading,
                                  resume_reading=protocol.resume_reading,
-                                 egress=self.egress, keepalive=protocol.set_keepalive)
+                                 egress=self.egress, keepalive=protocol.set_keepalive,
+                                 login_policy=policy, certificate_user=identity,
+                                 identities=self.identities, audit=self.audit)
         return engine, glue
 
     def abandon(self, engine, why, description):

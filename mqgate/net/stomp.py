@@ -1,11 +1,18 @@
 """
 STOMP connection services: the factory that gives L{EngineProtocol} a STOMP engine and
 its broker glue (S10.2).
+
+How a client may log in is the service's L{LoginPolicy} (S4.2, S4.7), which the glue
+applies to CONNECT: without a login only guests (where allowed) or a client whose TLS
+certificate the service verified (it logs in as the certificate's user); a password
+not over cleartext where the service refuses that.
 """
 
 from mqgate import __version__
 from mqgate.glue.stomp import StompBrokerSession
 from mqgate.net.engine import EngineFactory, EventBudget
+from mqgate.net.tls import certificate_user_of
+from mqgate.security.auth import LoginPolicy
 from mqgate.stomp.connection import DEFAULT_UNAUTHENTICATED_BYTES, StompConnection
 from mqgate.stomp.events import Abort, Commit, Subscribe, Unsubscribe
 from mqgate.stomp.frames import FrameLimits
@@ -25,7 +32,15 @@ READ_SLICE = 8 * 1024
 
 
 class StompServerFactory(EngineFactory):
-    """Builds STOMP connections for one connection service."""
+    """Builds STOMP connections for one connection service.
+
+    @param login_policy: the service's L{LoginPolicy}; without one (tests), any login
+        and guests.
+    @param identities: what maps a certificate's user to a principal; the
+        authenticator by default.
+    @param audit: the audit trail for certificate logins and CONNECTs the login
+        policy refuses (S4.8), or None.
+    """
 
     # A STOMP server may send ERROR at any time: a refused client hears why at once.
     speaks_first = True
@@ -34,7 +49,8 @@ class StompServerFactory(EngineFactory):
 
     def __init__(self, *, broker, authenticator, clock, flusher, glue_config,
                  setup_timeout, heartbeat=(10000, 10000), egress=None,
-                 max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES):
+                 max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES,
+                 login_policy=None, identities=None, audit=None):
         super().__init__(clock=clock, flusher=flusher, setup_timeout=setup_timeout,
                          egress=egress)
         self.max_unauthenticated_bytes = max_unauthenticated_bytes
@@ -42,6 +58,10 @@ class StompServerFactory(EngineFactory):
         self.authenticator = authenticator
         self.glue_config = glue_config
         self.heartbeat = heartbeat
+        self.login_policy = login_policy or LoginPolicy(
+            glue_config.service, allow_anonymous=True)
+        self.identities = identities
+        self.audit = audit
 
     def make_session(self, protocol):
         guaranteed, direct = self.egress.ingress_limits
@@ -54,7 +74,12 @@ class StompServerFactory(EngineFactory):
                                   self.glue_config, protocol.request_flush,
                                   peer=protocol.peer, pause_reading=protocol.pause_reading,
                                   resume_reading=protocol.resume_reading,
-                                  egress=self.egress, keepalive=protocol.set_keepalive)
+                                  egress=self.egress, keepalive=protocol.set_keepalive,
+                                  login_policy=self.login_policy,
+                                  certificate_user=(
+                                      certificate_user_of(protocol)
+                                      if self.login_policy.client_certificates else None),
+                                  identities=self.identities, audit=self.audit)
         return engine, glue
 
     def abandon(self, engine, why, description):

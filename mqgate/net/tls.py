@@ -3,8 +3,13 @@ TLS material for the TLS services (S1.8): PEM files to a Twisted context factory
 
 L{load_context_factory} reads a key (encrypted or not) and a certificate (optionally
 followed by its chain) and returns a C{CertificateOptions}, the server-side context
-factory Twisted's TLS transports take. L{server_endpoint} builds a listening
-endpoint from it (IPv4 or IPv6).
+factory Twisted's TLS transports take. With C{client_auth} C{want} or C{need} it also
+asks clients for a certificate and verifies it against the CA certificates of a PEM
+file (S4.7): C{need} fails the handshake of a client without one, C{want} lets it on
+(to log in with a password); a certificate that does not verify fails the handshake
+either way, so a certificate a connection has is one the broker verified.
+L{certificate_user} reads the user name (the subject's CN) off such a connection.
+L{server_endpoint} builds a listening endpoint from the context factory (IPv4 or IPv6).
 
 Why an endpoint and not an C{ssl:} description string: Twisted's C{ssl:} endpoint
 parser (C{privateKey=}, C{certKey=}, C{extraCertChain=}) loads the key with no
@@ -16,6 +21,8 @@ one the services should use.
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
+from OpenSSL import crypto
 from twisted.internet import endpoints, ssl
 from twisted.internet.endpoints import quoteStringArgument
 from twisted.internet.interfaces import IStreamServerEndpoint
@@ -25,9 +32,13 @@ from zope.interface import implementer
 from mqgate.errors import MqgateError
 
 __all__ = [
-    "TLSServerEndpoint", "TlsMaterialError", "load_context_factory", "server_endpoint",
-    "server_endpoint_description",
+    "CLIENT_AUTH", "TLSServerEndpoint", "TlsMaterialError", "certificate_user",
+    "certificate_user_of",
+    "load_context_factory", "server_endpoint", "server_endpoint_description",
 ]
+
+#: The values of C{mqgate.SERVICE.ssl.client_auth}.
+CLIENT_AUTH = ("none", "want", "need")
 
 
 class TlsMaterialError(MqgateError):
@@ -78,16 +89,30 @@ def _public_der(key):
                             serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load_context_factory(key_path, cert_path, password=None):
-    """A server context factory from PEM files (S1.8).
+def load_context_factory(key_path, cert_path, password=None, *, client_auth="none",
+                         ca_path=None):
+    """A server context factory from PEM files (S1.8, S4.7).
 
     @param key_path: the private key (PKCS#8 or traditional PEM; encrypted or not).
     @param cert_path: the certificate, optionally followed by its chain (leaf first).
     @param password: the key's password (C{str} or C{bytes}), or C{None}.
+    @param client_auth: C{"none"}, C{"want"} or C{"need"} (see the module doc).
+    @param ca_path: the PEM file of the CAs that sign client certificates; needed
+        unless C{client_auth} is C{"none"}.
     @return: a C{twisted.internet.ssl.CertificateOptions} (TLS 1.2 at least).
     @raise TlsMaterialError: a file that cannot be read or parsed, a wrong or missing
         password, or a key that does not belong to the certificate.
+    @raise ValueError: C{client_auth} is not one of L{CLIENT_AUTH}, or needs a
+        C{ca_path} that was not given.
     """
+    if client_auth not in CLIENT_AUTH:
+        raise ValueError(f"client_auth {client_auth!r}: one of {', '.join(CLIENT_AUTH)}")
+    verify = client_auth != "none"
+    if verify and not ca_path:
+        raise ValueError(f"client_auth {client_auth} needs the CA file of client "
+                         "certificates")
+    # The CAs first: a wrong CA file is the likelier mistake once a service worked.
+    ca_certs = _load_ca_certificates(ca_path) if verify else None
     key = _load_key(key_path, password)
     leaf, *chain = _load_certificates(cert_path)
     if _public_der(leaf.public_key()) != _public_der(key.public_key()):
@@ -98,7 +123,46 @@ def load_context_factory(key_path, cert_path, password=None):
     return ssl.CertificateOptions(
         privateKey=key, certificate=leaf, extraCertChain=chain or None,
         raiseMinimumTo=ssl.TLSVersion.TLSv1_2,
+        verify=verify, caCerts=ca_certs, requireCertificate=client_auth == "need",
     )
+
+
+def _load_ca_certificates(path):
+    """The CA certificates of a PEM file, as the pyOpenSSL objects Twisted's
+    C{caCerts} takes (it adds them to the context's trust store)."""
+    certificates = _load_certificates(path)
+    for certificate in certificates:
+        try:
+            certificate.public_key()
+        except ValueError as e:
+            raise TlsMaterialError(path, f"a certificate has an unusable key: {e}") from e
+    return [crypto.X509.from_cryptography(c) for c in certificates]
+
+
+def certificate_user(transport):
+    """The user a TLS connection's client certificate names (its subject's CN), or
+    None: not TLS, no certificate, or no CN.
+
+    Call it once the handshake is over (any application data has arrived): before,
+    there is no certificate yet. Only meaningful on a service that verifies client
+    certificates (C{client_auth} want or need): one that asks for none has none.
+    """
+    get = getattr(transport, "getPeerCertificate", None)
+    certificate = get() if get is not None else None
+    if certificate is None:
+        return None
+    names = certificate.to_cryptography().subject.get_attributes_for_oid(
+        NameOID.COMMON_NAME)
+    if len(names) != 1:
+        return None   # none, or ambiguous: no user
+    return names[0].value or None
+
+
+def certificate_user_of(protocol):
+    """A callable with no arguments giving L{certificate_user} of C{protocol}'s
+    transport at the time it is called: the engines ask once the handshake is over
+    (at the SASL header, at CONNECT), not when the connection is made."""
+    return lambda: certificate_user(protocol.transport)
 
 
 def server_endpoint(reactor, host, port, context_factory, backlog=50):

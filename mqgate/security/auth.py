@@ -3,8 +3,11 @@
 Authentication against a user repository (S4.2).
 
 An L{IAuthenticator} turns credentials into a L{Principal}, asynchronously: the protocol
-glue (SASL PLAIN / ANONYMOUS for AMQP, login/passcode for STOMP, the HTTP services)
-calls it and waits on the Deferred. L{FileAuthenticator} checks the file repository of
+glue (SASL PLAIN / ANONYMOUS / EXTERNAL for AMQP, login/passcode for STOMP, the HTTP
+services) calls it and waits on the Deferred. A client identified by its verified TLS
+certificate has no password to check: C{principal_for} maps the certificate's user name
+to a L{Principal} with the repository's groups (S4.7). Which of these ways in a service
+allows is its L{LoginPolicy}. L{FileAuthenticator} checks the file repository of
 S4.3. Checking a salted hash costs tens of milliseconds by design, so the check runs
 through an injected C{run_in_thread}, never on the reactor thread; this module itself
 never touches the reactor.
@@ -26,7 +29,7 @@ from mqgate.errors import MqgateError
 from mqgate.security import users as _users
 
 __all__ = ["AuthenticationFailed", "RepositoryUnavailable", "Principal", "IAuthenticator",
-           "FileAuthenticator"]
+           "IPrincipalSource", "FileAuthenticator", "LoginPolicy"]
 
 # Longest user name echoed back in a failure message; a client may send anything.
 _MAX_ECHOED_NAME = 64
@@ -113,7 +116,22 @@ class IAuthenticator(Interface):
         """
 
 
-@implementer(IAuthenticator)
+class IPrincipalSource(Interface):
+    """Finds a user's principal without a password (S4.7): for a client that proved who
+    it is otherwise (a TLS client certificate the broker verified, whose subject names
+    the user). A user repository's authenticator provides it (the file one here, LDAP
+    likewise); the login guard need not, there being no password to check or slow down.
+    """
+
+    def principal_for(name):
+        """The principal of user C{name}, with its groups.
+
+        @return: a L{Deferred} firing with a L{Principal}, or failing with
+            L{AuthenticationFailed} when the repository has no active user C{name}.
+        """
+
+
+@implementer(IAuthenticator, IPrincipalSource)
 class FileAuthenticator:
     """L{IAuthenticator} over a L{mqgate.security.users.UserRepository}.
 
@@ -152,6 +170,15 @@ class FileAuthenticator:
         if user is None or not user.active:
             return defer.fail(AuthenticationFailed(None, "no anonymous user"))
         return defer.succeed(self._principal(user, anonymous=True))
+
+    def principal_for(self, name):
+        """See L{IPrincipalSource.principal_for}: a look-up, no hash to check."""
+        user = self._repository.get(name)
+        if user is None:
+            return defer.fail(AuthenticationFailed(name, "unknown user"))
+        if not user.active:
+            return defer.fail(AuthenticationFailed(name, "inactive user"))
+        return defer.succeed(self._principal(user, anonymous=False))
 
     def _check(self, username, password):
         """Runs in a thread: the L{User} if the password is right, else raise."""
@@ -198,6 +225,71 @@ class FileAuthenticator:
     @staticmethod
     def _principal(user, anonymous):
         return Principal(user.name, frozenset([user.group]), anonymous)
+
+
+@attrs.frozen
+class LoginPolicy:
+    """The ways in that one connection service allows (S4.2, S4.7), and what a client
+    trying another is told. Pure: the protocol adapters and glues ask it.
+
+    @ivar service: the service's name, quoted in the settings a refusal names.
+    @ivar allow_anonymous: guests may log in without credentials
+        (C{mqgate.SERVICE.allow_anonymous}).
+    @ivar allow_password: passwords are accepted (false on a cleartext service with
+        C{mqgate.SERVICE.sasl.plain.allow_cleartext=false}).
+    @ivar tls_services: the TLS services a client refused a password should use instead.
+    @ivar client_certificates: the service verifies TLS client certificates
+        (C{ssl.client_auth} want or need): their users may log in without a password.
+    """
+
+    service: str
+    allow_anonymous: bool = False
+    allow_password: bool = True
+    tls_services: tuple = ()
+    client_certificates: bool = False
+
+    @property
+    def mechanisms(self):
+        """The SASL mechanisms always offered (EXTERNAL is added per connection, when
+        its client presented a verified certificate)."""
+        return tuple(name for name, allowed in (("PLAIN", self.allow_password),
+                                                ("ANONYMOUS", self.allow_anonymous))
+                     if allowed)
+
+    @property
+    def anonymous_refusal(self):
+        """What a client logging in without credentials is told when guests are not
+        let in."""
+        return (f"the {self.service} service needs a login (a user name and password); "
+                f"guests are let in only with mqgate.{self.service}.allow_anonymous=true")
+
+    @property
+    def password_refusal(self):
+        """What a client sending a password is told on a service that takes none over
+        cleartext."""
+        where = (f"use the TLS service {' or '.join(self.tls_services)}"
+                 if self.tls_services else "use a TLS service")
+        return (f"the {self.service} service does not accept passwords over cleartext; "
+                f"{where} (mqgate.{self.service}.sasl.plain.allow_cleartext is false)")
+
+    @property
+    def refusals(self):
+        """SASL mechanism -> why it is not offered, for a client that tries it anyway."""
+        refusals = {"EXTERNAL": "SASL EXTERNAL needs a TLS client certificate the broker "
+                                "verified"}
+        if not self.allow_anonymous:
+            refusals["ANONYMOUS"] = self.anonymous_refusal
+        if not self.allow_password:
+            refusals["PLAIN"] = self.password_refusal
+        return refusals
+
+    def refusal(self, login, certified):
+        """Why a STOMP CONNECT with C{login} (None: none given) may not log in, or
+        None when it may. C{certified}: its client presented a verified certificate,
+        which stands for a login."""
+        if login is None:
+            return None if certified or self.allow_anonymous else self.anonymous_refusal
+        return None if self.allow_password else self.password_refusal
 
 
 def _usual_iterations(repository):

@@ -172,7 +172,7 @@ def test_bad_sasl_init_fails_with_auth_outcome(init):
     assert events == []
     assert server.finished
     frames = decode_stream(server.data_to_send())
-    assert performatives_of(frames, SaslOutcome) == [SaslOutcome(code=1)]
+    assert [o.code for o in performatives_of(frames, SaslOutcome)] == [1]
 
 
 def test_amqp_frame_during_sasl():

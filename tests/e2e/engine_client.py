@@ -24,11 +24,13 @@ class EngineClient:
 
     @param address: C{(host, port)}.
     @param name: the container-id, and the prefix of the link names.
-    @param credentials: C{(user, password)} for SASL PLAIN, or C{"ANONYMOUS"}.
+    @param credentials: C{(user, password)} for SASL PLAIN (admin by default: the
+        broker lets guests in only where a service allows them, S4.2), or
+        C{"ANONYMOUS"}.
     @param timeout: the socket's timeout, and how long L{wait_for} waits.
     """
 
-    def __init__(self, address, name, *, credentials="ANONYMOUS", timeout=20.0):
+    def __init__(self, address, name, *, credentials=("admin", "admin"), timeout=20.0):
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.engine = Connection(server=False, container_id=name, credentials=credentials,

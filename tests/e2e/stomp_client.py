@@ -241,7 +241,8 @@ def open_client(address, version="1.2", user="admin", passcode="admin", heartbea
     """Connect a stomp.py client and wait for CONNECTED.
 
     @param address: C{(host, port)}.
-    @param user: the login, or None to send no login (guest, as the broker says).
+    @param user: the login, or None to send none (let in as guest only where the
+        service allows guests, or as the user of a verified TLS client certificate).
     @param connect_headers: more CONNECT headers (C{**{"client-id": "x"}}).
     @raise DeadlineExceeded: no CONNECTED within C{timeout} (an ERROR is shown).
     """

@@ -92,14 +92,15 @@ class RawPeer:
             received += data
         raise AssertionError(f"socket still open after {self.timeout} s; got {received!r}")
 
-    def sasl_anonymous_then_open(self):
-        """Do the SASL ANONYMOUS exchange and the open handshake correctly."""
+    def sasl_login_then_open(self):
+        """Do the SASL PLAIN exchange (admin) and the open handshake correctly."""
         self.send(SASL_HEADER)
         assert self.read_header() == SASL_HEADER
         mechanisms = self.read_performative()
         assert isinstance(mechanisms, SaslMechanisms)
         self.send(encode_frame(encode_composite(SaslInit(
-            mechanism=Symbol("ANONYMOUS"), initial_response=b"raw")), frame_type=SASL_FRAME))
+            mechanism=Symbol("PLAIN"), initial_response=b"\x00admin\x00admin")),
+            frame_type=SASL_FRAME))
         outcome = self.read_performative()
         assert isinstance(outcome, SaslOutcome) and outcome.code == 0, outcome
         self.send(AMQP_HEADER + encode_frame(encode_composite(
@@ -137,7 +138,7 @@ def test_garbage_frame_after_open_gets_a_close_with_an_error(broker, name, frame
     with opened(broker) as bystander:
         peer = RawPeer(broker.address())
         try:
-            peer.sasl_anonymous_then_open()
+            peer.sasl_login_then_open()
             peer.send(frame)
             close = peer.read_performative()
             rest = peer.read_until_closed()

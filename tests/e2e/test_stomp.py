@@ -272,16 +272,6 @@ def test_receipts_for_send_subscribe_disconnect(address, open_client, version):
     assert collector.errors == []
 
 
-def test_connect_without_login_is_guest(address, open_client):
-    """S4.2, S10.2: a CONNECT without login is let in (as guest) and can exchange
-    messages."""
-    queue = f"/queue/{unique('guest')}"
-    client = open_client(address, "1.2", user=None)
-    client.subscribe(queue)
-    client.send(queue, b"as guest")
-    client.collector.wait_for_body(b"as guest")
-
-
 def test_wrong_password_gets_error(address):
     """S4.2, S10.2: a CONNECT with a wrong passcode is answered with an ERROR naming the
     authentication failure, and the connection is closed."""

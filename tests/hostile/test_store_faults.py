@@ -105,10 +105,10 @@ class Sender:
                         self.rejected[number] = event.state.error
 
 
-def receive_all(address, name, queue, batch=500):
+def receive_all(address, name, queue, batch=500, credentials=("admin", "admin")):
     """Accept everything C{queue} holds now; return the message numbers, in order.
     Ends on the broker's answer to a drain flow."""
-    client = EngineClient(address, name, timeout=DEADLINE)
+    client = EngineClient(address, name, timeout=DEADLINE, credentials=credentials)
     try:
         link = client.open_link(RECEIVER, queue)
         numbers = []
