@@ -63,7 +63,8 @@ from zope.interface import implementer
 
 from mqgate.errors import ConfigError
 from mqgate.security.auth import (
-    AuthenticationFailed, IAuthenticator, Principal, RepositoryUnavailable)
+    AuthenticationFailed, IAuthenticator, IPrincipalSource, Principal,
+    RepositoryUnavailable)
 
 __all__ = ["LdapConfig", "LdapDirectory", "LdapAuthenticator", "DirectoryUnavailable",
            "escape_filter_value", "escape_dn_value", "and_filter", "parse_servers",
@@ -354,11 +355,26 @@ class LdapDirectory:
         if not password:
             # An unauthenticated bind: success on many servers (RFC 4513 5.1.2).
             raise AuthenticationFailed(username, "empty password")
+        return self._on_a_server(username, password)
+
+    def look_up(self, username):
+        """(DN, name, groups) of the user, its password unchecked: for a client that
+        proved who it is otherwise (a verified TLS client certificate naming the user).
+
+        @raise AuthenticationFailed: unknown user.
+        @raise DirectoryUnavailable: no server answered.
+        @raise DirectoryRefused: the search principal or the search was refused.
+        """
+        return self._on_a_server(username, None)
+
+    def _on_a_server(self, username, password):
+        """L{_check_on} on the first server that answers (C{password} None: look up
+        only)."""
         if self._closed:
             raise AuthenticationFailed(username, STOPPING)
         if not username:
             raise AuthenticationFailed(username, "unknown user")
-        if not (_is_utf8(username) and _is_utf8(password)):
+        if not (_is_utf8(username) and (password is None or _is_utf8(password))):
             # LDAP strings are UTF-8; a lone surrogate cannot be sent at all.
             raise AuthenticationFailed(username, "user name or password not valid UTF-8")
         failures = []
@@ -428,6 +444,7 @@ class LdapDirectory:
         _close(conn)
 
     def _check_on(self, server, username, password):
+        """Find the user and, unless C{password} is None, bind as it with C{password}."""
         config = self._config
         search = self._connection(server, config.principal or None, config.password)
         try:
@@ -435,10 +452,11 @@ class LdapDirectory:
                 self._raise_refused(search, server, "mqgate.user_repository.ldap.principal")
             dn, name = self._find_user(search, server, username)
             if dn is None:
-                # Same round trips as a real user, so the answer's time tells nothing.
-                self._bind(server, self._nowhere_dn(), password)
+                if password is not None:
+                    # Same round trips as a real user: the answer's time tells nothing.
+                    self._bind(server, self._nowhere_dn(), password)
                 raise AuthenticationFailed(username, "unknown user")
-            result = self._bind(server, dn, password)
+            result = None if password is None else self._bind(server, dn, password)
             if result is not None:
                 code, description = result
                 reason = ("wrong password" if code == _INVALID_CREDENTIALS
@@ -564,7 +582,7 @@ def _why(error):
     return text.splitlines()[0][:300]
 
 
-@implementer(IAuthenticator)
+@implementer(IAuthenticator, IPrincipalSource)
 class LdapAuthenticator:
     """L{IAuthenticator} over an L{LdapDirectory} (S4.4).
 
@@ -594,6 +612,15 @@ class LdapAuthenticator:
             return defer.fail(AuthenticationFailed(username, "unknown user"))
         d = self._run_in_thread(self._directory.check, username, password)
         d.addCallbacks(self._principal, self._failed, errbackArgs=(username,))
+        return d
+
+    def principal_for(self, name):
+        """See L{IPrincipalSource.principal_for}: the directory's user C{name} and its
+        groups, found by the search principal; no password is checked."""
+        if not name:
+            return defer.fail(AuthenticationFailed(name, "unknown user"))
+        d = self._run_in_thread(self._directory.look_up, name)
+        d.addCallbacks(self._principal, self._failed, errbackArgs=(name,))
         return d
 
     def authenticate_anonymous(self, source=None, service=None):

@@ -13,7 +13,8 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from mqgate.errors import ConfigError
-from mqgate.security.auth import AuthenticationFailed, Principal
+from mqgate.security.auth import (
+    AuthenticationFailed, IPrincipalSource, Principal, RepositoryUnavailable)
 from mqgate.security.ldap import (
     NOT_ANSWERING, DirectoryRefused, DirectoryUnavailable, LdapAuthenticator, LdapConfig,
     LdapDirectory, and_filter, escape_dn_value, escape_filter_value, parse_servers)
@@ -198,6 +199,9 @@ class FakeDirectory:
             raise self.outcome
         return self.outcome
 
+    def look_up(self, username):
+        return self.check(username, None)
+
 
 def authenticator(outcome, **kwargs):
     """(L{LdapAuthenticator} over a L{FakeDirectory}, the directory, the clock, the
@@ -226,6 +230,17 @@ def test_principal_carries_the_directory_groups():
         ("uid=alice,o=x", "alice", frozenset({"admin", "staff"})))
     assert result_of(checker.authenticate("ALICE", "pw")) == Principal(
         "alice", {"admin", "staff"})
+
+
+def test_a_certificate_user_gets_its_directory_groups():
+    """principal_for (a client proved by its TLS certificate) gives the directory's user
+    and groups; a directory that does not answer refuses it like a login."""
+    assert IPrincipalSource.providedBy(authenticator(None)[0])
+    checker, _fake, _clock, _events = authenticator(
+        ("uid=alice,o=x", "alice", frozenset({"admin"})))
+    assert result_of(checker.principal_for("alice")) == Principal("alice", {"admin"})
+    checker, _fake, _clock, _events = authenticator(DirectoryUnavailable([("h:389", "x")]))
+    assert isinstance(result_of(checker.principal_for("alice")), RepositoryUnavailable)
 
 
 def test_empty_password_is_refused_without_asking_the_directory():
@@ -345,6 +360,16 @@ def test_names_the_directory_cannot_take_are_refused_before_it(user, password):
     ldap = directory("127.0.0.1:1")
     with pytest.raises(AuthenticationFailed):
         ldap.check(user, password)
+
+
+def test_a_certificate_user_is_looked_up_without_a_password(slapd):
+    """A client proved by its TLS certificate is found with its groups, no password
+    asked; an unknown name is refused like an unknown user at a login."""
+    ldap = directory(slapd.address)
+    dn, name, groups = ldap.look_up("alice")
+    assert (dn, name, groups) == (f"uid=alice,{PEOPLE}", "alice", {"admin", "staff"})
+    assert failed_reason(ldap.look_up, "nobody") == "unknown user"
+    assert failed_reason(ldap.look_up, "*)(uid=*") == "unknown user"
 
 
 def test_wrong_password_and_unknown_user(slapd):
