@@ -476,6 +476,11 @@ class EngineProtocol(Protocol):
         close_our_side = getattr(transport, "loseWriteConnection", None)
         if close_our_side is None or ISSLTransport.providedBy(transport):
             transport.loseConnection()
+            # TLS closes the socket only once the peer answers our close_notify: a
+            # peer that never does (many clients just stop reading after an ERROR)
+            # would hold the connection for ever. It gets the same grace as TCP.
+            self._release_login_slot()
+            self._grace_call = self.factory.clock.callLater(CLOSE_GRACE, self._end_grace)
             return
         self._closing = True
         # A peer dropped at its login deadline is not logging in any more: its place

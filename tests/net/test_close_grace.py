@@ -110,6 +110,28 @@ def test_tls_is_closed_whole():
     assert not transport.write_closed
 
 
+class AbortableTransport(HalfClosingTransport):
+    """Records that the socket was dropped."""
+
+    aborted = False
+
+    def abortConnection(self):
+        self.aborted = True
+
+
+def test_a_tls_peer_that_never_answers_the_close_is_dropped_after_the_grace():
+    """TLS closes the socket only once the peer answers our close_notify; a peer that
+    never does (it stopped reading after the ERROR) is dropped after the grace, not
+    kept for ever."""
+    transport = AbortableTransport(peerAddress=PEER)
+    directlyProvides(transport, ISSLTransport)
+    clock, protocol = connect(transport)
+    protocol.dataReceived(stomp_frame("SEND", b"x", destination="/queue/a"))
+    assert transport.disconnecting and not transport.aborted
+    clock.advance(CLOSE_GRACE)
+    assert transport.aborted
+
+
 def test_a_socket_closed_at_its_login_deadline_gives_its_login_slot_back_at_once():
     """A socket dropped at the login deadline frees its place among the unauthenticated
     when its ERROR is written, not after the grace, so the next client gets in."""
