@@ -117,6 +117,17 @@ def start_for_test(**kwargs):
         pytest.skip(f"slapd unavailable: {e}")
 
 
+def sample_directory():
+    """A throw-away slapd holding the sample directory (alice in admin and staff, bob in
+    staff ...), for a module-scoped pytest fixture: yields it and stops it."""
+    server = start_for_test()
+    try:
+        server.load(SAMPLE_ENTRIES)
+        yield server
+    finally:
+        server.stop()
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

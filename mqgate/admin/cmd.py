@@ -22,7 +22,6 @@ client or profile); 2 the request could not be made (address, login, configurati
 
 import argparse
 import json
-import os
 import sys
 
 from mqgate.admin.client import DEFAULT_TIMEOUT, AdminClient, AdminClientError, \
@@ -31,7 +30,7 @@ from mqgate.admin.requests import OK, RELOAD_USAGE
 from mqgate.admin.show import COMMANDS
 from mqgate.errors import ConfigError
 from mqgate.portmap.table import DEFAULT_PORT, MqAddressError, parse_mq_url
-from mqgate.security.passfile import find_password
+from mqgate.security.passfile import find_password, passfile_overrides
 
 __all__ = ["add_parser", "PASSWORD_KEY"]
 
@@ -93,11 +92,7 @@ def run(args, settings_of, *, out=None, err=None):
         return 2
     try:
         if args.passfile:
-            path = os.path.abspath(args.passfile)
-            args.defines = list(args.defines) + [
-                "mqgate.passfile.enabled=true",
-                f"mqgate.passfile.dirpath={os.path.dirname(path)}",
-                f"mqgate.passfile.name={os.path.basename(path)}"]
+            args.defines = list(args.defines) + passfile_overrides(args.passfile)
         settings = settings_of(args)
         host, port = _admin_address(settings, args)
         password = _password(settings, args.user)

@@ -27,12 +27,11 @@ command line or configuration.
 import argparse
 import getpass
 import json
-import os
 import sys
 
 from mqgate.errors import ConfigError
 from mqgate.security import users as _users
-from mqgate.security.passfile import find_password
+from mqgate.security.passfile import find_password, passfile_overrides
 
 __all__ = ["ACTIONS", "PASSWORD_KEY", "register", "run"]
 
@@ -120,11 +119,7 @@ def run(args, settings_of, *, out=None, err=None, stdin=None):
         return EXIT_USAGE
     try:
         if args.passfile:
-            path = os.path.abspath(args.passfile)
-            args.defines = list(args.defines) + [
-                "mqgate.passfile.enabled=true",
-                f"mqgate.passfile.dirpath={os.path.dirname(path)}",
-                f"mqgate.passfile.name={os.path.basename(path)}"]
+            args.defines = list(args.defines) + passfile_overrides(args.passfile)
         settings = settings_of(args)
     except ConfigError as e:
         print(f"mqgate usermgr: {e}", file=err)

@@ -74,6 +74,15 @@ def read_passfile(path):
     return parse_properties(text, source=path)
 
 
+def passfile_overrides(path):
+    """The C{-D} overrides that make the tools read passwords from the file at C{path}
+    (their C{--passfile PATH} option)."""
+    path = os.path.abspath(path)
+    return ["mqgate.passfile.enabled=true",
+            f"mqgate.passfile.dirpath={os.path.dirname(path)}",
+            f"mqgate.passfile.name={os.path.basename(path)}"]
+
+
 def find_password(settings, key, prompt=None, *, stdin=None):
     """The password stored under C{key} (C{mqgate.} or C{imq.} spelling).
 

@@ -16,7 +16,7 @@ from tests.e2e.proton_client import DEFAULT_TIMEOUT, connect, opened, receive_al
 from tests.e2e.stomp_client import DeadlineExceeded, open_client
 from tests.hostile.probe import Probe, wait_until
 from tests.ldapserver import (
-    GROUPS, PEOPLE, SAMPLE_ENTRIES, SERVICE_DN, SERVICE_PASSWORD, start_for_test)
+    GROUPS, PEOPLE, SERVICE_DN, SERVICE_PASSWORD, sample_directory)
 
 pytestmark = pytest.mark.e2e
 
@@ -28,14 +28,8 @@ TIMEOUT = 1
 
 @pytest.fixture(scope="module")
 def slapd():
-    """A throw-away slapd holding the sample directory (alice in admin and staff, bob in
-    staff ...), for this module."""
-    server = start_for_test()
-    try:
-        server.load(SAMPLE_ENTRIES)
-        yield server
-    finally:
-        server.stop()
+    """A throw-away slapd holding the sample directory, for this module."""
+    yield from sample_directory()
 
 
 def ldap_settings(server, **more):

@@ -3,14 +3,13 @@ not the user exists, and logged with the user name and the client's address. Raw
 sockets against the real broker (a twistd subprocess)."""
 
 import re
-import socket
 import statistics
-import time
 
 import pytest
 
 from tests.e2e.conftest import broker_factory  # noqa: F401 - the fixture
 from tests.hostile.probe import wait_until
+from tests.hostile.test_logins import stomp_login
 
 pytestmark = pytest.mark.e2e
 
@@ -24,20 +23,7 @@ ABSOLUTE_TOLERANCE = 0.015
 
 def failed_login(address, login, passcode):
     """One STOMP CONNECT that must fail; return the seconds until its ERROR arrived."""
-    sock = socket.create_connection(address, timeout=30)
-    try:
-        start = time.monotonic()
-        sock.sendall(f"CONNECT\naccept-version:1.2\nhost:h\nlogin:{login}\n"
-                     f"passcode:{passcode}\n\n\x00".encode())
-        data = b""
-        while b"\x00" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        took = time.monotonic() - start
-    finally:
-        sock.close()
+    data, took = stomp_login(address, login, passcode)
     assert data.startswith(b"ERROR\n") and b"authentication failed" in data, data
     return took
 

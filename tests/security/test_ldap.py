@@ -19,18 +19,13 @@ from mqgate.security.ldap import (
     NOT_ANSWERING, DirectoryRefused, DirectoryUnavailable, LdapAuthenticator, LdapConfig,
     LdapDirectory, and_filter, escape_dn_value, escape_filter_value, parse_servers)
 from tests.ldapserver import (
-    GROUPS, PEOPLE, SAMPLE_ENTRIES, SERVICE_DN, SERVICE_PASSWORD, SUFFIX,
+    GROUPS, PEOPLE, SERVICE_DN, SERVICE_PASSWORD, SUFFIX, sample_directory,
     start_for_test)
 
 @pytest.fixture(scope="module")
 def slapd():
     """A throw-away slapd holding the sample directory, for this module."""
-    server = start_for_test()
-    try:
-        server.load(SAMPLE_ENTRIES)
-        yield server
-    finally:
-        server.stop()
+    yield from sample_directory()
 
 
 def directory(servers, **settings):
