@@ -53,6 +53,9 @@ CONNECT_TIMEOUT = 10.0
 #: How long one read blocks before the probe thread looks at its stop flag again.
 _POLL = 0.02
 
+#: The fewest round trips that count as having probed at all.
+_FEWEST_SAMPLES = 3
+
 
 class ProbeError(AssertionError):
     """The probe could not do its job (connect, subscribe); the message says why."""
@@ -181,11 +184,19 @@ class Probe:
         @raise AssertionError: a round trip (complete or not) exceeded C{limit}, the
             probe's connection failed, or there were too few samples.
         """
+        # An attack that ends quickly (the broker answered it at once) leaves too
+        # little time for the fewest samples: the probe goes on until it has them, the
+        # broker still busy with whatever the attack left behind.
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while (len(self.samples) < _FEWEST_SAMPLES and self.error is None
+               and self._thread is not None and self._thread.is_alive()
+               and time.monotonic() < deadline):
+            time.sleep(self.interval / 2)
         self.stop()
         count = len(self.samples)
         worst = self.worst_sample()
         if min_samples is None:
-            min_samples = max(3, self.expected_samples() // 4)
+            min_samples = max(_FEWEST_SAMPLES, self.expected_samples() // 4)
         where = (f"after {count} round trips over "
                  f"{(self._stopped or 0) - (self._started or 0):.2f} s "
                  f"(interval {self.interval} s, {self.protocol})")
