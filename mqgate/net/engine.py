@@ -475,12 +475,18 @@ class EngineProtocol(Protocol):
         transport = self.transport
         close_our_side = getattr(transport, "loseWriteConnection", None)
         if close_our_side is None or ISSLTransport.providedBy(transport):
+            if ISSLTransport.providedBy(transport):
+                # TLS sends its close_notify only once no producer is registered, and
+                # closes the socket only once the peer answers it: a peer that never
+                # does (many clients stop reading after an ERROR) would hold the
+                # connection for ever. It gets the same grace as TCP.
+                transport.unregisterProducer()
+                transport.loseConnection()
+                self._release_login_slot()
+                self._grace_call = self.factory.clock.callLater(
+                    CLOSE_GRACE, self._end_grace)
+                return
             transport.loseConnection()
-            # TLS closes the socket only once the peer answers our close_notify: a
-            # peer that never does (many clients just stop reading after an ERROR)
-            # would hold the connection for ever. It gets the same grace as TCP.
-            self._release_login_slot()
-            self._grace_call = self.factory.clock.callLater(CLOSE_GRACE, self._end_grace)
             return
         self._closing = True
         # A peer dropped at its login deadline is not logging in any more: its place

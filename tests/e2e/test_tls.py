@@ -19,6 +19,7 @@ import ssl
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 import service_identity
@@ -302,3 +303,49 @@ def test_tls_startup_error_is_a_message_not_a_traceback(tmp_path, brokers):
     output = "".join(process.output)
     assert code != 0, output
     assert "Traceback" not in output, output
+
+
+def test_a_refused_tls_client_that_never_closes_is_dropped(broker, cert_path):
+    """After a refused login over TLS the broker sends its ERROR and close_notify; a
+    client that never answers the close_notify (it just stops) is dropped by the broker
+    within seconds, not kept for ever (TLS waits for the peer's close_notify)."""
+    context = ssl.create_default_context(cafile=str(cert_path))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with socket.create_connection(broker.address("ssljms"), timeout=DEFAULT_TIMEOUT) as raw:
+
+        def pump(step):
+            # Run one TLS step over the raw socket: what it writes goes out, and it is
+            # retried with more bytes read until it no longer wants them.
+            while True:
+                try:
+                    return step()
+                except ssl.SSLWantReadError:
+                    raw.sendall(outgoing.read())
+                    data = raw.recv(65536)
+                    if not data:
+                        raise ConnectionError("the broker closed during the step")
+                    incoming.write(data)
+                finally:
+                    raw.sendall(outgoing.read())
+
+        pump(tls.do_handshake)
+        pump(lambda: tls.write(b"CONNECT\naccept-version:1.2\nhost:h\nlogin:admin\n"
+                               b"passcode:wrong\n\n\x00"))
+        answer = b""
+        while True:   # until the broker's close_notify (read as b"")
+            got = pump(lambda: tls.read(65536))
+            if not got:
+                break
+            answer += got
+        assert answer.startswith(b"ERROR\n"), answer
+        # We never send our close_notify: the broker must drop the TCP connection
+        # (with a FIN, or a reset when it aborts).
+        start = time.monotonic()
+        raw.settimeout(15)
+        try:
+            while raw.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - start < 10
