@@ -35,6 +35,7 @@ import amqp_engine_throughput  # noqa: E402
 import amqp_throughput  # noqa: E402
 import fanout  # noqa: E402
 import persistent  # noqa: E402
+import stomp_latency  # noqa: E402
 import stomp_throughput  # noqa: E402
 
 
@@ -56,6 +57,8 @@ SCENARIOS = (
        for mode in stomp_throughput.SCENARIOS]
     + [(fanout.scenario_name("stomp", fanout.DEFAULT_CONSUMERS), fanout, "stomp",
         fanout.options_from)]
+    + [(f"stomp-latency-{stomp_latency.DEFAULT_RATE}", stomp_latency, None,
+        stomp_latency.options_from)]
     + [(name, persistent, name, persistent.options_from)
        for name in persistent.SCENARIOS]
 )
