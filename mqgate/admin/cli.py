@@ -93,7 +93,7 @@ def main(argv=None):
         prog="mqgate", description="Tools for the mqgate message broker.")
     commands = parser.add_subparsers(dest="command", required=True)
     kt = commands.add_parser(
-        "keytool", help="create the TLS key pair and self-signed certificate (S1.8)",
+        "keytool", help="create the TLS key pair and self-signed certificate",
         description="Create the key pair and self-signed certificate that the TLS "
                     "services (ssljms, ssladmin) present. The key's password comes from "
                     "the password file (mqgate.passfile.enabled) or is asked for.")

@@ -52,7 +52,7 @@ def add_parser(commands, common, settings_of):
     listing += (f"\n  {RELOAD_USAGE}\n      re-read now, and say what happened: rules "
                 "(the access control files), or all")
     parser = commands.add_parser(
-        "cmd", help="send an admin command to a running broker (S11.1)",
+        "cmd", help="send an admin command to a running broker",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Send one admin command to a running broker's admin service and "
                     "print the answer. The password of the admin user comes from the "

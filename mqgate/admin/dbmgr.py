@@ -43,7 +43,7 @@ def register(commands, common, settings_of):
     @param settings_of: C{args -> Settings}.
     """
     parser = commands.add_parser(
-        "dbmgr", help="create, delete, recreate or reset the SQL store's tables (S3.5)",
+        "dbmgr", help="create, delete, recreate or reset the SQL store's tables",
         description="Manage the tables of the SQL store (mqgate.persist.store=jdbc) of "
                     "this broker (mqgate.persist.jdbc.brokerid). The password comes "
                     "from the password file (mqgate.passfile.enabled) or is asked for.")

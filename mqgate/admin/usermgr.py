@@ -73,7 +73,7 @@ def register(commands, common, settings_of):
     @param settings_of: C{args -> Settings}.
     """
     parser = commands.add_parser(
-        "usermgr", help="add, delete, update or list the broker's users (S4.3)",
+        "usermgr", help="add, delete, update or list the broker's users",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Manage the users of the broker's file repository "
                     "(mqgate.user_repository.file.*). A running broker picks up the "

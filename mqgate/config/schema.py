@@ -317,9 +317,9 @@ _INHERITED_BOOL = Text(re.compile(r"(?i)true|false|"),
 
 
 def _service_rows():
-    """Rows for the port and bind address of each socket service (S1.4, S1.5).
+    """Rows for the port and bind address of each socket service.
 
-    The http services are left out: the tunnel has its own keys (S1.4), added with it.
+    The http services are left out: the tunnel has its own keys, added with it.
     """
     rows = []
     for service, (_kind, protocol) in SERVICES.items():
@@ -329,16 +329,15 @@ def _service_rows():
         rows.append(Key(
             f"{prefix}.port", _PORT, "0",
             f"Port of the {service} service; 0 lets the OS choose one, published by "
-            "the port mapper (S1.4)."))
+            "the port mapper."))
         rows.append(Key(
             f"{prefix}.hostname", Text(), "",
-            f"Bind address of the {service} service; empty means mqgate.hostname "
-            "(S1.5)."))
+            f"Bind address of the {service} service; empty means mqgate.hostname."))
         rows.append(Key(
             f"mqgate.{service}.protocols", TextList(PROTOCOLS),
             SERVICE_PROTOCOLS.get(service, "amqp,stomp"),
             f"Wire protocols the {service} service accepts, told apart by the first "
-            "bytes of a connection (S1.1)."))
+            "bytes of a connection."))
     return rows
 
 
@@ -349,19 +348,18 @@ RETIRED_ANONYMOUS_KEY = "mqgate.authentication.anonymous.enabled"
 
 def _login_rows(service):
     """How clients of C{service} may log in: guests, passwords in cleartext (tcp
-    services), TLS client certificates (tls services) (S4.2, S4.7)."""
+    services), TLS client certificates (tls services)."""
     rows = [Key(
         f"mqgate.{service}.allow_anonymous", Bool(), "false",
         f"Let clients of the {service} service in as the guest user without credentials: "
-        "the AMQP header without SASL, SASL ANONYMOUS, a STOMP CONNECT without login "
-        "(S4.2).")]
+        "the AMQP header without SASL, SASL ANONYMOUS, a STOMP CONNECT without login.")]
     if SERVICES[service][1] == "tcp":
         rows.append(Key(
             f"mqgate.{service}.sasl.plain.allow_cleartext", Bool(), "true",
             f"Accept passwords (SASL PLAIN, STOMP login/passcode) on the cleartext "
             f"{service} service. True by default because the shipped services bind to "
             "loopback only; set false when the service listens on a network, so that "
-            "passwords go over a TLS service only (S4.2, S4.7)."))
+            "passwords go over a TLS service only."))
     else:
         rows += [
             Key(f"mqgate.{service}.ssl.client_auth", Choice(("none", "want", "need")),
@@ -371,11 +369,10 @@ def _login_rows(service):
                 "password) or need (a client without a certificate the CA file verifies "
                 "fails the TLS handshake). A verified certificate logs in with SASL "
                 "EXTERNAL, or a STOMP CONNECT without login, as the user named by its "
-                "subject's CN (S4.7)."),
+                "subject's CN."),
             Key(f"mqgate.{service}.ssl.ca_file", Text(), "",
                 f"PEM file of the CA certificates that sign client certificates of the "
-                f"{service} service; required when ssl.client_auth is want or need "
-                "(S4.7)."),
+                f"{service} service; required when ssl.client_auth is want or need."),
         ]
     return rows
 
@@ -390,23 +387,23 @@ JDBC_TABLES = {
 
 
 def _jdbc_table_rows():
-    """One DDL override key per SQL store table (S3.5): a family written out."""
+    """One DDL override key per SQL store table: a family written out."""
     return [Key(f"mqgate.persist.jdbc.table.{base}", Text(), "",
                 f"SQL store: the CREATE TABLE statement of the {what} table, ${{name}} "
                 f"standing for {base}_<brokerid>; it must keep the built-in columns. Empty "
-                "means the built-in DDL of the database (S3.5).")
+                "means the built-in DDL of the database.")
             for base, what in JDBC_TABLES.items()]
 
 
 KEYS = (
     Key("mqgate.instancename",
         Text(INSTANCE_NAME, "1 to 32 letters, digits or underscores"), "mqgate",
-        "Name of this broker instance; its data lives under VARHOME/instances/NAME "
-        "(S0.5). --instance overrides it."),
+        "Name of this broker instance; its data lives under VARHOME/instances/NAME. "
+        "--instance overrides it."),
     Key("mqgate.hostname", Text(), "127.0.0.1",
-        "Default bind address of every service (S1.5)."),
+        "Default bind address of every service."),
     Key("mqgate.service.activelist", TextList(tuple(SERVICES)), "jms,admin",
-        "Services started at start-up (S1.2)."),
+        "Services started at start-up."),
     *_service_rows(),
     # -- thread pools (S1.6; defaults of FACTS 1.7, the stomp service takes jms's) ----
     *(row for service, low, high in (("jms", 10, 1000), ("admin", 4, 10),
@@ -417,73 +414,71 @@ KEYS = (
               "dedicated",
               f"Thread-pool model of the {service} service: dedicated (each connection "
               "holds two workers, and its input is processed as it arrives) or shared "
-              "(distributors process the input of many connections in turns) (S1.6)."),
+              "(distributors process the input of many connections in turns)."),
           Key(f"mqgate.{service}.min_threads", Int(0, 100000), str(low),
-              f"Workers the {service} service keeps even when idle (S1.6)."),
+              f"Workers the {service} service keeps even when idle."),
           Key(f"mqgate.{service}.max_threads", Int(1, 100000), str(high),
               f"Most workers of the {service} service; dedicated admits max_threads/2 "
               "connections, shared max_threads distributors of "
               "mqgate.shared.connectionMonitor_limit connections; beyond that a "
-              "connection is refused with an error (S1.6)."))),
+              "connection is refused with an error."))),
     Key("mqgate.shared.connectionMonitor_limit", Int(-1, 1000000), "512",
         "Connections one distributor of a shared thread pool watches; -1 means no "
-        "limit (S1.6)."),
+        "limit."),
     Key("mqgate.portmapper.port", _PORT, "7676",
-        "Port of the port mapper (S1.3)."),
+        "Port of the port mapper."),
     Key("mqgate.portmapper.hostname", Text(), "",
-        "Bind address of the port mapper; empty means mqgate.hostname (S1.3)."),
+        "Bind address of the port mapper; empty means mqgate.hostname."),
     Key("mqgate.portmapper.backlog", Int(1, 65535), "50",
-        "Listen backlog of the port mapper (S1.3)."),
+        "Listen backlog of the port mapper."),
     Key("mqgate.autocreate.queue", Bool(), "true",
-        "Create a queue when a client names one that does not exist (S2.5)."),
+        "Create a queue when a client names one that does not exist."),
     Key("mqgate.autocreate.topic", Bool(), "true",
-        "Create a topic when a client names one that does not exist (S2.5)."),
+        "Create a topic when a client names one that does not exist."),
     # -- limits of auto-created destinations (S2.3, S2.5, S2.7; FACTS 1.6) -------------
     Key("mqgate.autocreate.destination.maxNumMsgs", Int(-1), "100000",
         "Messages an auto-created queue, or each topic subscription, may hold (waiting "
-        "plus unacknowledged) before its limit behaviour applies; -1 means no limit "
-        "(S2.3)."),
+        "plus unacknowledged) before its limit behaviour applies; -1 means no limit."),
     Key("mqgate.autocreate.destination.maxTotalMsgBytes", Int(-1), "1073741824",
         "Bytes of messages an auto-created queue, or each topic subscription, may hold "
         "(waiting plus unacknowledged) before its limit behaviour applies; -1 means no "
-        "limit (S2.3)."),
+        "limit."),
     Key("mqgate.autocreate.destination.limitBehavior",
         Choice(("FLOW_CONTROL", "REJECT_NEWEST")), "FLOW_CONTROL",
         "What a full destination does: FLOW_CONTROL withholds the producers' AMQP credit "
         "and stops reading their STOMP sockets until it drains to 90 % of its limit; "
         "REJECT_NEWEST refuses each new message with amqp:resource-limit-exceeded. "
         "mqgate defaults to FLOW_CONTROL (OpenMQ: REJECT_NEWEST) because it loses "
-        "nothing: back-pressure, not errors, slows a fast producer (S2.3, S2.7)."),
+        "nothing: back-pressure, not errors, slows a fast producer."),
     Key("mqgate.destination.default_type", Choice(("queue", "topic")), "queue",
-        "What a bare address name (no queue:// or topic://) means (S2.1)."),
+        "What a bare address name (no queue:// or topic://) means."),
     Key("mqgate.message.max_size", Size(), "70m",
-        "Largest single message accepted, in bytes (S2.2)."),
+        "Largest single message accepted, in bytes."),
     # -- broker-wide limits and names (S2.1, S2.2, S2.5; docs/limits.md) -------------------
     Key("mqgate.system.max_count", Int(-1), "-1",
         "Messages the broker holds (waiting or unacknowledged, once per queue or "
         "subscription holding them); past it, new messages are refused with "
-        "amqp:resource-limit-exceeded until consumers take some; -1 means no limit "
-        "(S2.2)."),
+        "amqp:resource-limit-exceeded until consumers take some; -1 means no limit."),
     Key("mqgate.system.max_size", SizeLimit(), "-1",
         "Bytes of messages the broker holds (waiting or unacknowledged, counted like "
         "max_count); past it, "
-        "new messages are refused until consumers take some; -1 means no limit (S2.2)."),
+        "new messages are refused until consumers take some; -1 means no limit."),
     Key("mqgate.system.max_destinations", Int(-1), "100000",
         "Queues, topics, temporary destinations and durable subscriptions the broker "
         "holds; past it, creating one on a client's request is refused with "
-        "amqp:resource-limit-exceeded; -1 means no limit (S2.5)."),
+        "amqp:resource-limit-exceeded; -1 means no limit."),
     Key("mqgate.destination.max_name_length", Int(1, 1000000), "255",
         "Longest destination name or topic pattern, in characters; a longer one is "
-        "refused on attach, subscribe or send (S2.1)."),
+        "refused on attach, subscribe or send."),
     Key("mqgate.topic.max_levels", Int(1, 10000), "32",
         "Most levels (dot-separated parts) of a topic name or subscription pattern; a "
-        "deeper one is refused on attach, subscribe or send (S2.1)."),
+        "deeper one is refused on attach, subscribe or send."),
     Key("mqgate.amqp.max_frame_size", Int(512, 4294967295), "1048576",
         "Largest AMQP frame the broker accepts, offered in its open frame."),
     Key("mqgate.amqp.idle_timeout", Seconds(0, 86400), "60",
-        "AMQP idle timeout offered in the open frame; 0 disables it (S1.7)."),
+        "AMQP idle timeout offered in the open frame; 0 disables it."),
     Key("mqgate.amqp.producer_credit", Int(1, 1000000), "1000",
-        "Link credit granted to a producer, topped up when half is used (S2.7)."),
+        "Link credit granted to a producer, topped up when half is used."),
     Key("mqgate.amqp.max_presettled_refusals", Int(0, 1000000), "100",
         "Pre-settled (at-most-once) messages a producer link may have refused in a row "
         "by a limit or a failing store (each is lost, counted and logged: AMQP cannot "
@@ -512,7 +507,7 @@ KEYS = (
         "means no limit beyond the per-connection ones."),
     Key("mqgate.stomp.heartbeat", Int(0, 3600000), "10000",
         "Milliseconds between the broker's STOMP heart-beats, and the interval it asks of "
-        "clients (each side uses the larger of the two offers); 0 disables (S10.2)."),
+        "clients (each side uses the larger of the two offers); 0 disables."),
     # -- STOMP: rendering AMQP messages as MESSAGE frames, transactions (S10.2, S10.4) --
     Key("mqgate.stomp.mapping.max_value_size", Size(64), "8k",
         "Longest header value a MESSAGE frame carries for an AMQP message (an application "
@@ -539,7 +534,7 @@ KEYS = (
         "together; past it the transaction that would pass it is aborted with an ERROR "
         "frame."),
     Key("mqgate.authentication.basic.user_repository", Choice(("file", "ldap")), "file",
-        "Where user names and passwords are checked (S4)."),
+        "Where user names and passwords are checked."),
     Key("mqgate.user_repository.file.dirpath", Text(), "",
         "Directory of the password file; empty means VARHOME/instances/NAME/etc."),
     Key("mqgate.user_repository.file.filename", Text(), "passwd",
@@ -547,27 +542,26 @@ KEYS = (
     # -- access control (S4.1, S4.5; mqgate.security.access) ---------------------------
     Key("mqgate.accesscontrol.enabled", Bool(), "true",
         "Check every connection, producer, consumer and auto-creation against the "
-        "access control file (S4.1)."),
+        "access control file."),
     *(Key(f"mqgate.{service}.accesscontrol.enabled", _INHERITED_BOOL, "",
           f"Access control on the {service} service; empty means "
-          "mqgate.accesscontrol.enabled (S4.1).")
+          "mqgate.accesscontrol.enabled.")
       for service in SERVICES),
     Key("mqgate.accesscontrol.file.dirpath", Text(), "",
-        "Directory of the access control file; empty means VARHOME/instances/NAME/etc "
-        "(S4.5)."),
+        "Directory of the access control file; empty means VARHOME/instances/NAME/etc."),
     Key("mqgate.accesscontrol.file.filename", Text(), "accesscontrol.properties",
         "File name of the access control file, created with the shipped rules at the "
         "first start; edits take effect within a second, or at once with `mqgate cmd "
-        "reload rules` (S4.5)."),
+        "reload rules`."),
     *(Key(f"mqgate.{service}.accesscontrol.file.filename", Text(), "",
           f"Access control file of the {service} service, in the same directory; empty "
-          "means mqgate.accesscontrol.file.filename (S4.5).")
+          "means mqgate.accesscontrol.file.filename.")
       for service in SERVICES),
     # -- the LDAP user repository (S4.4), user_repository=ldap; its password is read as
     # mqgate.user_repository.ldap.password from the password file only (S4.6) --
     Key("mqgate.user_repository.ldap.server", Text(), "",
         "Directory server as host:port (port 389, or 636 with ssl.enabled, when left "
-        "out), or several separated by spaces, tried in order (S4.4)."),
+        "out), or several separated by spaces, tried in order."),
     Key("mqgate.user_repository.ldap.principal", Text(), "",
         "DN the broker binds as to search for users and groups; its password is "
         "mqgate.user_repository.ldap.password in the password file "
@@ -618,7 +612,7 @@ KEYS = (
         "STOMP: CONNECTED); past it the connection is closed. Short (OpenMQ waits 180), "
         "because a socket that has not logged in holds a slot and memory for nothing, "
         "and a real client logs in within a second or two; 20 leaves room for a slow "
-        "network and for failed-login delays (S4.2)."),
+        "network and for failed-login delays."),
     # -- before login: what an unauthenticated client may cost (S4.2, S10.4) --
     Key("mqgate.authentication.client.max_bytes", Size(512), "16k",
         "Bytes a client may send before it is logged in, on either protocol: a STOMP "
@@ -674,28 +668,27 @@ KEYS = (
     Key("mqgate.persist.store", Choice(("file", "jdbc")), "file",
         "Where persistent messages, destinations and durable subscriptions are kept: "
         "file (the journal under VARHOME/instances/NAME/filestore) or jdbc (the SQL "
-        "store, mqgate.persist.jdbc.*) (S3.2)."),
+        "store, mqgate.persist.jdbc.*)."),
     Key("mqgate.persist.file.sync.enabled", Bool(), "false",
         "true: a producer's persistent message is acknowledged only once it is on disk "
         "(fsync; concurrent writes share one fsync); false: once the operating system "
-        "has it, which survives a broker crash but not a machine crash (S3.4)."),
+        "has it, which survives a broker crash but not a machine crash."),
     Key("mqgate.persist.file.message.max_record_size", Size(1), "1m",
         "Messages larger than this are kept in files of their own instead of the "
-        "journal (S3.3)."),
+        "journal."),
     Key("mqgate.persist.file.destination.message.filepool.limit", Int(0, 100000), "100",
-        "Free message files kept for reuse per destination (S3.3)."),
+        "Free message files kept for reuse per destination."),
     Key("mqgate.persist.file.message.filepool.cleanratio", Int(0, 100), "0",
-        "Percent of the message files returned to the pool that are zeroed first "
-        "(S3.3)."),
+        "Percent of the message files returned to the pool that are zeroed first."),
     Key("mqgate.persist.file.message.cleanup", Bool(), "false",
-        "Delete the pooled message files when the broker stops (S3.3)."),
+        "Delete the pooled message files when the broker stops."),
     Key("mqgate.persist.file.journal.segment_size", Size(4096), "64m",
         "Size of one journal segment file; a full segment is sealed and a new one "
-        "begun, and compaction rewrites sealed segments one at a time (S3.3)."),
+        "begun, and compaction rewrites sealed segments one at a time."),
     Key("mqgate.persist.file.journal.compact_threshold", Int(0, 100), "50",
         "Compact the journal online when this percent of it is dead (removed "
         "messages), rewriting the sealed segments less live than that; 0 turns "
-        "automatic compaction off (the admin command still works) (S3.3)."),
+        "automatic compaction off (the admin command still works)."),
     Key("mqgate.persist.retry_interval", Seconds(1, 3600), "1",
         "While the message store cannot write (a full disk, an I/O error, the database "
         "server gone), seconds between its attempts to write again; persistent "
@@ -712,75 +705,75 @@ KEYS = (
     # -- the SQL store, mqgate.persist.store=jdbc (S3.5, S12.1) --
     Key("mqgate.persist.jdbc.dbVendor", Choice(("sqlite", "postgresql")), "sqlite",
         "Database of the SQL store: sqlite (embedded, one file) or postgresql (a server, "
-        "through psycopg) (S3.5)."),
+        "through psycopg)."),
     Key("mqgate.persist.jdbc.opendburl", Text(), "",
         "Database the SQL store opens. sqlite: a file path, relative to "
         "VARHOME/instances/NAME; empty means VARHOME/instances/NAME/dbstore/mqgate.sqlite. "
         "postgresql: a libpq connection string or postgresql:// URI, without a password; "
-        "empty means libpq's defaults (PGHOST, PGDATABASE ...) (S3.5)."),
+        "empty means libpq's defaults (PGHOST, PGDATABASE ...)."),
     Key("mqgate.persist.jdbc.createdburl", Text(), "",
         "postgresql: a database `mqgate dbmgr create` connects to (e.g. dbname=postgres) "
         "to create the opendburl database when it does not exist; empty means it must "
-        "exist. sqlite creates its file itself (S3.5)."),
+        "exist. sqlite creates its file itself."),
     Key("mqgate.persist.jdbc.closedburl", Text(), "",
         "Accepted for OpenMQ configurations and unused: neither SQLite nor PostgreSQL "
-        "needs a URL to close a database (S3.5)."),
+        "needs a URL to close a database."),
     Key("mqgate.persist.jdbc.user", Text(), "",
         "postgresql: the database user; empty means libpq's default (PGUSER, else the "
-        "OS user). `mqgate dbmgr -u` overrides it (S3.5)."),
+        "OS user). `mqgate dbmgr -u` overrides it."),
     Key("mqgate.persist.jdbc.needpassword", Bool(), "false",
         "postgresql: the user needs a password. It is read as mqgate.persist.jdbc.password "
         "from the password file (mqgate.passfile.enabled) or asked for at a terminal, "
-        "never from this file, a URL or the command line (S3.5, S4.6)."),
+        "never from this file, a URL or the command line."),
     Key("mqgate.persist.jdbc.brokerid",
         Text(re.compile(r"[A-Za-z0-9_]{0,32}"), "up to 32 letters, digits or underscores"),
         "",
         "Suffix of this broker's table names (MQMSG41_<brokerid> ...), so brokers can "
         "share one database; compared without regard to case; empty means the instance "
-        "name (S3.5, S12.1)."),
+        "name."),
     Key("mqgate.persist.jdbc.sync.enabled", Bool(), "true",
         "true: a producer's persistent message is acknowledged once its transaction is "
         "committed and flushed to disk (SQLite synchronous=FULL, PostgreSQL "
         "synchronous_commit=on); false: once committed without waiting for the flush, "
         "which survives a broker crash but not a crash of the machine or the database "
-        "server. Writes of one reactor turn share one commit either way (S3.4, S3.5)."),
+        "server. Writes of one reactor turn share one commit either way."),
     *_jdbc_table_rows(),
     # -- per-client egress and ingress (S9) --
     Key("mqgate.ingress.guaranteed.max_message_size", Size(1), "30000000",
         "Largest persistent or unsettled message a client may send; a bigger one is "
-        "refused and its client disconnected (CLIENT_CLIENT_MESSAGE_TOO_BIG, S9.5)."),
+        "refused and its client disconnected (CLIENT_CLIENT_MESSAGE_TOO_BIG)."),
     Key("mqgate.ingress.direct.max_message_size", Size(1), "64m",
-        "Largest non-persistent, pre-settled message a client may send (S9.5)."),
+        "Largest non-persistent, pre-settled message a client may send."),
     Key("mqgate.egress.buffer.budget", Size(1 << 20), "1g",
         "Bytes all clients' egress queues may hold together: 100 % of the egress "
-        "buffer load factor (S9.6)."),
+        "buffer load factor."),
     Key("mqgate.egress.load_factor.set", Int(1, 100), "80",
-        "Load factor percentage at which the set event is logged (S9.6)."),
+        "Load factor percentage at which the set event is logged."),
     Key("mqgate.egress.load_factor.clear", Int(0, 100), "60",
         "Load factor percentage below which, after a set event, the clear event is "
-        "logged (S9.6)."),
+        "logged."),
     Key("mqgate.egress.slow_subscriber.threshold", Int(0, 100), "50",
         "Percentage of the last minute a client may spend with data queued and its "
-        "connection unable to take it before it counts as a slow subscriber (S9.4)."),
+        "connection unable to take it before it counts as a slow subscriber."),
     # -- connection services: ping, TLS material, password file (S1.7, S1.8, S4.6) --
     Key("mqgate.ping.interval", Int(-1, 86400), "120",
         "Seconds between probes of every connection (an AMQP empty frame, a STOMP "
-        "heart-beat); 0 or -1 disables (S1.7)."),
+        "heart-beat); 0 or -1 disables."),
     Key("mqgate.keystore.file.dirpath", Text(), "",
         "Directory of the TLS key pair (key.pem, cert.pem) made by `mqgate keytool`; "
-        "empty means VARHOME/instances/NAME/etc/keystore (S1.8)."),
+        "empty means VARHOME/instances/NAME/etc/keystore."),
     Key("mqgate.passfile.enabled", Bool(), "false",
         "Read passwords (mqgate.keystore.password ...) from the password file instead of "
-        "asking for them (S4.6)."),
+        "asking for them."),
     Key("mqgate.passfile.dirpath", Text(), "",
-        "Directory of the password file; empty means VARHOME/instances/NAME/etc (S4.6)."),
+        "Directory of the password file; empty means VARHOME/instances/NAME/etc."),
     Key("mqgate.passfile.name", Text(), "passfile",
-        "File name of the password file (S4.6)."),
+        "File name of the password file."),
     # -- the audit trail (S4.8) --
     Key("mqgate.audit.enabled", Bool(), "true",
         "Write the audit trail: one JSON line per login (ok or failed), admin request, "
         "destination created or destroyed, access-control denial and rule reload. On by "
-        "default: a broker put on a network should say who did what (S4.8)."),
+        "default: a broker put on a network should say who did what."),
     Key("mqgate.audit.file", Text(), "audit.log",
         "Where the audit trail goes: a file (a relative name is in "
         "VARHOME/instances/NAME/log), owner-only, rotated past 1 MB to FILE.1, FILE.2 ... "

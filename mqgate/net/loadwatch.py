@@ -67,4 +67,4 @@ class LoadFactorService(TimerService):
                      user=client.user, queued=client.queued_bytes,
                      share=client.meter.share() * 100)
             client.disconnect("disconnected as a slow subscriber: the broker's egress "
-                              "buffers are over their budget (S9.6)")
+                              "buffers are over their budget")
