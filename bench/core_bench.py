@@ -1,7 +1,7 @@
 """
 Broker core throughput (no I/O): how many messages per second the core moves.
 
-Scenarios, one JSON line each (ARCHITECTURE: benchmarks print one JSON line per
+Scenarios, one JSON line each (like every benchmark; they print one JSON line per
 scenario and are not part of the test suite):
  - core-queue: 200,000 messages through one queue to one at-least-once consumer; the
    consumer's target settles in batches and refills its credit when it falls below half,

@@ -1,4 +1,4 @@
-"""Run every benchmark scenario in sequence: `make bench` (ARCHITECTURE.md, Tests).
+"""Run every benchmark scenario in sequence: `make bench` (docs/design.md).
 
 First the scripts that need no broker (bench/core_bench.py: the core alone, in
 process), then the AMQP queue scenarios of bench/amqp_throughput.py (Proton clients) and

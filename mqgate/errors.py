@@ -1,7 +1,7 @@
 """
 The root of every error mqgate raises on purpose.
 
-Errors are values with names (ARCHITECTURE rule 7): a protocol error carries the wire
+Errors are values with names (design rule 7): a protocol error carries the wire
 condition its protocol puts on the close/detach/ERROR frame, and a configuration error
 carries the key, the value and what is allowed, so that whoever catches it can tell the
 operator or the peer exactly what went wrong without parsing a string.

@@ -1,9 +1,9 @@
 """
-The one place where mqgate is wired together (style P8): settings in, a MultiService out.
+The one place where mqgate is wired together (docs/design.md): settings in, a MultiService out.
 
 Children are added in dependency order (the core first, listeners last), so that
 MultiService, which stops its children in reverse, stops accepting before anything they
-depend on goes away (ARCHITECTURE rule 6).
+depend on goes away (design rule 6).
 """
 
 import gc
@@ -71,7 +71,7 @@ class BrokerService(service.MultiService):
     With a L{store_service}, starting is: recover the store and rebuild the broker from
     it (S3.1), then start the children, listeners included, so that no client connects
     to a half-recovered broker; stopping is: stop the children (connections closed),
-    then close the store (ARCHITECTURE rule 6).
+    then close the store (design rule 6).
 
     @ivar store_service: the L{mqgate.store.factory.StoreService}, or C{None}.
     """
@@ -203,7 +203,7 @@ def _instance_dir(settings):
 
 def _stored_bytes(message):
     """What the store keeps of a persistent message: its encoded AMQP bytes (STOMP
-    messages are converted to that form at the edge, ARCHITECTURE rule 2)."""
+    messages are converted to that form at the edge, design rule 2)."""
     return message.payload.data
 
 

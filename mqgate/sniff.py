@@ -3,7 +3,7 @@ Protocol sniffing for shared ports (S1.1, S10): which protocol do these first by
 
 Messaging services accept AMQP 1.0 and STOMP 1.2 on one port (S1.1), and a port may
 also take HTTP (tunnel, WebSocket upgrade) or TLS. L{sniff} looks at the bytes a
-client has sent so far and answers with a L{Kind}. It is pure (style P1): the Twisted
+client has sent so far and answers with a L{Kind}. It is pure (docs/design.md): the Twisted
 side (L{mqgate.net.unify}) buffers, calls it again as bytes arrive and hands the
 connection over.
 
@@ -28,7 +28,7 @@ Answers:
   - L{NEED_MORE} while C{prefix} is a proper prefix of some pattern;
   - L{UNKNOWN} as soon as it cannot become any pattern, and also when
     L{SNIFF_BUDGET} bytes have arrived without a decision (only possible with a long
-    run of leading EOLs), so that a caller's buffer stays bounded (style P5).
+    run of leading EOLs), so that a caller's buffer stays bounded (docs/design.md).
 
 The answer depends on the first L{SNIFF_BUDGET} bytes only, and once it is not
 L{NEED_MORE} it stays the same however many bytes follow: sniffing is the same

@@ -11,7 +11,7 @@ import pytest
 #: The checkout: the directory holding setup.cfg, mqgate/, etc/ and tests/.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Directories whose tests start a real broker process (ARCHITECTURE.md, Tests).
+# Directories whose tests start a real broker process (docs/design.md).
 _PROCESS_TEST_DIRS = ("e2e", "crash")
 
 

@@ -1,4 +1,4 @@
-"""The import rules between mqgate's layers (style.md section 5, ARCHITECTURE.md).
+"""The import rules between mqgate's layers (docs/design.md).
 
 Every module under ``mqgate/`` is parsed with ``ast`` (never imported), and every
 ``import`` statement in it is checked, including the ones inside functions and
@@ -11,7 +11,7 @@ reactor in an engine. The rules, by the first component below ``mqgate``:
   ``twisted.internet.defer``, ``twisted.python.failure``, attrs, ``mqgate.errors``,
   ``mqgate.core``, ``mqgate.egress``, ``mqgate.amqp.message`` and
   ``mqgate.amqp.codec``; never the reactor or any other ``twisted.internet`` module.
-- engines, ``core`` and ``egress`` do no I/O (ARCHITECTURE rule 1, style A3): no
+- engines, ``core`` and ``egress`` do no I/O (design rule 1): no
   ``socket``, ``time``, ``select``, ``threading``, ``os`` and the like, and no call of
   the builtin ``open()``.
 
@@ -29,11 +29,11 @@ import attr
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO_ROOT / "mqgate"
 
-#: Sans-IO engines: bytes in, events out (style.md P1).
+#: Sans-IO engines: bytes in, events out (docs/design.md).
 ENGINE_LAYERS = ("amqp", "stomp", "portmap", "tunnel", "sniff")
-#: Properties to typed settings: pure, but it may read its file (style.md P10).
+#: Properties to typed settings: pure, but it may read its file (docs/design.md).
 CONFIG_LAYERS = ("config",)
-#: The broker core and the egress scheduler: no I/O, clock injected (P2, P8).
+#: The broker core and the egress scheduler: no I/O, clock injected.
 CORE_LAYERS = ("core", "egress")
 
 #: Third-party names every pure layer may use.
@@ -202,13 +202,13 @@ def io_violations(modules, layers):
 
 
 def _report(violations):
-    return "layer rule broken (style.md section 5):\n" + "\n".join(violations)
+    return "layer rule broken (docs/design.md):\n" + "\n".join(violations)
 
 
 # --- the rules -------------------------------------------------------------------
 
 def test_engines_import_only_stdlib_attrs_and_themselves():
-    """Engines import only the stdlib, attrs, their own package and mqgate.errors (P1)."""
+    """Engines import only the stdlib, attrs, their own package and mqgate.errors."""
     found = import_violations(
         list(iter_modules()), ENGINE_LAYERS, _pure_allowed,
         "engines: stdlib, attrs, own package, mqgate.errors")
@@ -216,7 +216,7 @@ def test_engines_import_only_stdlib_attrs_and_themselves():
 
 
 def test_config_imports_only_stdlib_attrs_and_itself():
-    """mqgate.config imports only the stdlib, attrs, itself and mqgate.errors (P10)."""
+    """mqgate.config imports only the stdlib, attrs, itself and mqgate.errors."""
     found = import_violations(
         list(iter_modules()), CONFIG_LAYERS, _pure_allowed,
         "config: stdlib, attrs, own package, mqgate.errors")
@@ -240,7 +240,7 @@ def test_engines_core_and_egress_do_no_io():
 
 
 def test_repository_twisted_dir_does_not_shadow_twisted():
-    """twisted/ and twisted/plugins/ hold no __init__.py (ARCHITECTURE, Known pitfalls)."""
+    """twisted/ and twisted/plugins/ hold no __init__.py (docs/design.md, Known pitfalls)."""
     shadows = [str(p.relative_to(REPO_ROOT)) for p in (
         REPO_ROOT / "twisted" / "__init__.py",
         REPO_ROOT / "twisted" / "plugins" / "__init__.py") if p.exists()]

@@ -1,4 +1,4 @@
-"""Tests for the wiring in mqgate/service.py: settings in, a MultiService out (style P8).
+"""Tests for the wiring in mqgate/service.py: settings in, a MultiService out (docs/design.md).
 
 The reactor is a MemoryReactorClock: listening is recorded, not done, so nothing here
 opens a socket or installs a signal handler (the SIGTERM hook is only ever stored in
@@ -200,7 +200,7 @@ def test_a_failed_listen_stops_the_reactor_with_a_critical_message(tmp_path):
 
 def test_stop_closes_connections_and_stops_listening(tmp_path):
     """stopService closes every live connection and stops listening (S0.4,
-    ARCHITECTURE rule 6)."""
+    design rule 6)."""
     top, reactor, _events = build(tmp_path)
     top.startService()
     factory = children(top)["admin"].factory

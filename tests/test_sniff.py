@@ -144,7 +144,7 @@ def test_heart_beats_within_budget_need_more():
 
 
 def test_budget_turns_need_more_into_unknown():
-    """After SNIFF_BUDGET bytes without a decision the answer is UNKNOWN (style P5)."""
+    """After SNIFF_BUDGET bytes without a decision the answer is UNKNOWN (docs/design.md)."""
     assert sniff(b"\n" * SNIFF_BUDGET) is UNKNOWN
     assert sniff(b"\n" * (SNIFF_BUDGET - 4) + b"CONN") is UNKNOWN
 

@@ -5,7 +5,7 @@ Decoding reads from ``bytes`` or a ``memoryview`` through a 256-entry table inde
 constructor byte; each entry takes ``(buf, offset)`` with the offset just past the
 constructor and returns ``(value, offset)``. Every read is bounds-checked: truncated or
 malformed input raises L{DecodeError} carrying the offset, never ``IndexError`` or
-``struct.error`` (style P4).
+``struct.error`` (docs/design.md).
 
 Encoding appends to a ``bytearray``. Plain Python values pick their natural AMQP type
 (see L{mqgate.amqp.types}); ``encode_as(type_name)`` gives the writer for a named AMQP type,
@@ -343,7 +343,7 @@ def skip(buf, offset=0, depth=0):
     """Return the offset just past the value starting at C{offset}, without decoding it.
 
     This is how the broker walks a message's sections without touching the body (S10.1,
-    ARCHITECTURE rule 2).
+    design rule 2).
 
     @raise DecodeError: the value is truncated or its constructor unknown.
     """

@@ -2,7 +2,7 @@
 AMQP 1.0 error conditions (Part 2 section 2.8.15-2.8.18) and the errors that carry them.
 
 An engine error knows its wire condition; the adapter turns it into a close, end or detach
-carrying C{Error(condition, description)} in one place (style P4).
+carrying C{Error(condition, description)} in one place (docs/design.md).
 """
 
 from mqgate.errors import LocalProtocolError, RemoteProtocolError

@@ -1,5 +1,5 @@
 """
-The AMQP 1.0 connection engine: bytes in, events out, bytes out (style P1).
+The AMQP 1.0 connection engine: bytes in, events out, bytes out (docs/design.md).
 
 Theory of operation
 -------------------
@@ -22,7 +22,7 @@ The connection states of section 2.4.6 are kept in C{state} with the spec's name
 Incoming bytes that arrive while authentication is pending are held, not parsed, so the
 outcome of an asynchronous credential check decides what happens to them.
 
-Limits (style P5), each passed in by the adapter from a setting whose name the error
+Limits (docs/design.md), each passed in by the adapter from a setting whose name the error
 descriptions quote (C{setting_names}):
 
 - C{max_preauth_bytes}: everything a server connection receives before its login

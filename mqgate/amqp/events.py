@@ -1,5 +1,5 @@
 """
-Events an AMQP engine reports, in order, from C{receive_data} (style P1).
+Events an AMQP engine reports, in order, from C{receive_data} (docs/design.md).
 
 They are plain slotted value objects; the ones about a session or a link carry the engine
 object so that the glue can answer through it (C{link.attach(...)}, C{link.flow(...)}).

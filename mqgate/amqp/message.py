@@ -3,7 +3,7 @@ AMQP 1.0 messages as the broker keeps them: encoded bytes plus what routing need
 
 Part 3 section 3.2 lays a message out as sections: header, delivery-annotations,
 message-annotations, then the *bare message* (properties, application-properties, the
-body, footer). The broker parses only as far as routing needs (ARCHITECTURE rule 2):
+body, footer). The broker parses only as far as routing needs (design rule 2):
 
 - the header (durable, priority, ttl, delivery-count),
 - the properties (to, reply-to, message-id, correlation-id ...),

@@ -115,7 +115,7 @@ def _write_composite(out, value):
 
 
 # Per AMQP type: the check a decoded value must pass. The codec returns plain ints for
-# every integer type, so a range check is all a uint needs (style P4: a wrong type in a
+# every integer type, so a range check is all a uint needs (docs/design.md: a wrong type in a
 # peer's frame is a decode error, never a TypeError deep in the engine).
 _CHECKS = {
     "boolean": "x is True or x is False",

@@ -2,7 +2,7 @@
 Configuration: a Java properties file plus ``-D`` overrides -> one frozen ``Settings``.
 
 ``parse_properties`` reads the file format, ``schema`` holds the table of every key,
-``Settings`` validates and freezes (P10).  Stdlib and attrs only: no Twisted here.
+``Settings`` validates and freezes.  Stdlib and attrs only: no Twisted here.
 """
 
 from mqgate.config.properties import escape_value, parse_properties

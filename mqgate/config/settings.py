@@ -3,7 +3,7 @@ Typed, validated, immutable settings built from properties and ``-D`` overrides.
 
 Theory of operation
 -------------------
-``Settings.from_properties`` is pure (P10): it takes the ``(key, value, line)`` tuples
+``Settings.from_properties`` is pure: it takes the ``(key, value, line)`` tuples
 of ``parse_properties`` and the ``-D`` overrides, and
 
 1. maps every ``imq.`` key to its ``mqgate.`` spelling (SPEC introduction);
@@ -14,7 +14,7 @@ of ``parse_properties`` and the ``-D`` overrides, and
    bad value raises ``ConfigError`` naming the key as the operator wrote it, the value,
    what is allowed and, for a file entry, ``path:line``.
 
-The result is frozen and passed down explicitly (ARCHITECTURE rule 5).
+The result is frozen and passed down explicitly (design rule 5).
 ``read_settings`` is the thin function that reads the file.  Surrounding white space of
 a value is ignored for every type (a trailing blank after a port number is an easy
 mistake to make and a hard one to see).

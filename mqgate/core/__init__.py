@@ -1,7 +1,7 @@
 """
 The broker core: messages, addresses, queues, topics, subscriptions, deliveries.
 
-No I/O here (ARCHITECTURE rule 1): time comes from an injected clock and deliveries
+No I/O here (design rule 1): time comes from an injected clock and deliveries
 leave through the consumer's target object.
 """
 

@@ -1,7 +1,7 @@
 """
 The broker core: destinations by name, producers and consumers (S2.1, S2.5, S2.9, S8.1).
 
-No I/O (ARCHITECTURE rule 1): time comes from the injected clock, and deliveries leave
+No I/O (design rule 1): time comes from the injected clock, and deliveries leave
 through the consumer's target object. The protocol glue turns link attaches into
 L{Broker.open_producer}/L{Broker.open_consumer}, transfers into L{Producer.send}, flow
 frames into L{Consumer.set_credit}/L{Consumer.drain}, dispositions into
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # Anonymous producers resolve message.to through a cache; bounded so that a client
-# sending to ever new addresses cannot grow it without limit (ARCHITECTURE rule 4).
+# sending to ever new addresses cannot grow it without limit (design rule 4).
 _ROUTE_CACHE_MAX = 4096
 
 # A temporary destination's name is this prefix (so that operators and the docs

@@ -1,5 +1,5 @@
 """
-Consumers and the deliveries they hold in flight (S8.1, ARCHITECTURE rule 3).
+Consumers and the deliveries they hold in flight (S8.1, design rule 3).
 
 A delivery is "in flight" from the moment the core hands it to a consumer's target
 until the consumer settles it. A pre-settled (at-most-once) consumer holds nothing: the
@@ -168,7 +168,7 @@ class Consumer:
         """Detach: requeue what is in flight and release what this consumer owned.
 
         Unsettled deliveries go back to the head of their queue, in the order they were
-        handed out, with their delivery count raised (ARCHITECTURE rule 3, S8.1). A
+        handed out, with their delivery count raised (design rule 3, S8.1). A
         non-durable topic subscription and a temporary destination made for this
         consumer are deleted; C{remove=True} deletes a durable subscription too (AMQP
         detach with closed=true).

@@ -28,7 +28,7 @@ queue with at least one selector consumer switches to a slower dispatch
 (L{Queue._dispatch_selective}): each waiting message goes to the first ready consumer
 that accepts it, and what no ready consumer accepts stays where it is, in order.
 
-Limits (S2.3, S2.7, ARCHITECTURE rule 4): a queue with L{Limits} is I{full} once the
+Limits (S2.3, S2.7, design rule 4): a queue with L{Limits} is I{full} once the
 messages it holds (waiting plus in flight) reach C{max_count}, or their bytes reach
 C{max_bytes}. Publishing costs two integer comparisons more; the
 queue never refuses anything itself: the producer decides (L{mqgate.core.broker.Producer}
@@ -291,7 +291,7 @@ class Queue:
         """Remove a closed consumer and take back its unsettled deliveries.
 
         C{pending} go back at the head, in their original order, ahead of anything that
-        arrived later (S8.1, ARCHITECTURE rule 3); what was waiting for "any consumer
+        arrived later (S8.1, design rule 3); what was waiting for "any consumer
         but this one" becomes available to every consumer again.
         """
         try:

@@ -145,7 +145,7 @@ class SystemLimits:
 
 class StoreBacklog:
     """What one connection's producers have waiting for the store, and its bound
-    (S2.7, ARCHITECTURE rule 4).
+    (S2.7, design rule 4).
 
     A persistent message is enqueued only once stored (S3.6); until then it waits in
     its producer (with the messages sent after it, which keep their order behind it)

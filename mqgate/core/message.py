@@ -1,5 +1,5 @@
 """
-The message as the broker core holds it (ARCHITECTURE rule 2).
+The message as the broker core holds it (design rule 2).
 
 The core never decodes a message body: the protocol glue stores the encoded message in
 C{payload} and copies out the handful of fields routing needs (S2.1 address, S2.9

@@ -1,5 +1,5 @@
 """
-The core's side of the message store (S3.1, S3.4, S8.1; ARCHITECTURE "the path of one
+The core's side of the message store (S3.1, S3.4, S8.1; docs/design.md "the path of one
 message").
 
 The broker is given one L{Persistence} (or none: then nothing is ever stored). It gives

@@ -19,7 +19,7 @@ header fields, any other names an application property; both are read through a
 C{lookup(name)} callable, so this module does not know how messages are stored.
 L{message_field} is the one accessor the core uses for its L{BrokerMessage}.
 
-A selector comes from the peer, so it is bounded (ARCHITECTURE rule 4): length and
+A selector comes from the peer, so it is bounded (design rule 4): length and
 nesting (the parser and evaluator never exhaust Python's stack), and LIKE never
 backtracks (fixed-width segments between the C{%}, each matched leftmost).
 """

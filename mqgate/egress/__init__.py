@@ -2,7 +2,7 @@
 Per-client egress: the five priority queues (S9.1-S9.3), slow subscribers and the
 egress buffer load factor (S9.4, S9.6), client profiles and their show tables (S9.7).
 
-Pure objects only (ARCHITECTURE rule 1): no reactor, no sockets, no clock but the one
+Pure objects only (design rule 1): no reactor, no sockets, no clock but the one
 passed in. The connection adapters drive them.
 """
 

@@ -38,7 +38,7 @@ everywhere) it is per client.
 
 What this module does not know: sockets, time, protocols. The adapter is the
 C{IPushProducer}: while its transport is not paused it calls L{EgressScheduler.next}
-and writes a bounded batch (S9.3, style P7).
+and writes a bounded batch (S9.3, docs/design.md).
 """
 
 from collections import deque

@@ -25,7 +25,7 @@ every scheduler's L{queued_bytes<mqgate.egress.scheduler.EgressScheduler.queued_
 with set/clear events and hysteresis (S9.6, FACTS 4), and the choice of which slow
 subscribers to disconnect, slowest first, when it is above 100 %.
 
-No reactor, no C{time}: the clock is an C{IReactorTime} passed in (style P2).
+No reactor, no C{time}: the clock is an C{IReactorTime} passed in (docs/design.md).
 """
 
 from collections import deque

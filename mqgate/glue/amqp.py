@@ -1,7 +1,7 @@
 """
-Between the AMQP engine's events and the broker core (ARCHITECTURE: "a thin session glue
+Between the AMQP engine's events and the broker core (docs/design.md: "a thin session glue
 per protocol"). One L{AmqpBrokerSession} per connection; one small method per event type,
-dispatched through a table built at import time (style A4).
+dispatched through a table built at import time (docs/design.md).
 
 What the glue decides:
 
@@ -19,7 +19,7 @@ What the glue decides:
   store: past it, their top-ups wait for the store too;
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
-  (ARCHITECTURE rule 3);
+  (design rule 3);
 - a pre-settled send that a limit or the store refuses: see L{_PresettledRefusals}.
 
 No I/O here: the adapter feeds events in and writes what the engine has to say.

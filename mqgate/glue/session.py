@@ -301,7 +301,7 @@ class BrokerSession:
 
 def broker_message(encoded, clock):
     """The core's view of a parsed message: its bytes plus the routing fields
-    (ARCHITECTURE rule 2). Expiry is the earlier of the header's ttl and the
+    (design rule 2). Expiry is the earlier of the header's ttl and the
     properties' absolute-expiry-time."""
     header = encoded.header
     props = encoded.properties

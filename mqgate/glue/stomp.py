@@ -78,7 +78,7 @@ class StompGlueConfig:
 
 
 class TransactionLimits:
-    """What one connection's open transactions may hold (S10.2, ARCHITECTURE rule 4).
+    """What one connection's open transactions may hold (S10.2, design rule 4).
 
     A transaction holds its SENDs (and ACKs) until COMMIT: without a bound, one client
     could make the broker keep any amount of message data that no queue limit sees.

@@ -1,5 +1,5 @@
 """
-STOMP frames to the broker's message form and back (ARCHITECTURE rule 2, S10.2).
+STOMP frames to the broker's message form and back (design rule 2, S10.2).
 
 The broker holds every message as AMQP 1.0 bytes; a STOMP SEND is converted here, at the
 edge, and an AMQP message leaving on a STOMP subscription is converted back. The table

@@ -1,5 +1,5 @@
 """
-The one Twisted adapter shape for every sans-IO engine (style P6): feed bytes to the
+The one Twisted adapter shape for every sans-IO engine (docs/design.md): feed bytes to the
 engine, hand its events to the glue, write what the engine has to say, run its timers.
 
 AMQP and STOMP connections differ only in which engine and glue they build and how an

@@ -13,7 +13,7 @@ The first number is the port mapper version (101); the third token is the packet
 version (301). A client reads entries until a line that is exactly C{.}, an empty
 line, or the end of the data.
 
-This module is pure (style P1): the broker renders with L{render_table}, the client
+This module is pure (docs/design.md): the broker renders with L{render_table}, the client
 library parses with L{parse_table} and reads addresses with L{parse_mq_url}.
 """
 

@@ -39,7 +39,7 @@ __all__ = ["Denied", "RuleSet", "ServiceAccess", "RelayDecisions", "RuleFileWatc
 
 # Anonymous-relay decisions a connection keeps at most (destination -> decision): a
 # client sending to ever new addresses then costs a re-check now and then, never memory
-# without bound (ARCHITECTURE rule 4).
+# without bound (design rule 4).
 RELAY_CACHE_MAX = 1024
 
 # How often the watcher looks at the rule file (seconds): a change takes effect within

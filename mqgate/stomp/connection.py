@@ -7,7 +7,7 @@ A L{StompConnection} is fed what the transport received (C{receive_data}) and re
 the events that input caused, in order. What the engine must say is buffered; the
 adapter collects it with C{data_to_send()}. Time enters only through C{tick(now)} (now in
 seconds, any epoch), which returns the next moment the engine wants to be ticked, for
-heart-beats. The engine does not log, read the clock or touch a socket (style P1, P2).
+heart-beats. The engine does not log, read the clock or touch a socket (docs/design.md).
 
 States (C{state}), named after the spec's phases:
 
@@ -18,7 +18,7 @@ States (C{state}), named after the spec's phases:
     DISCONNECTED    terminal: C{finished} is True
 
 Which frame each state takes is the table C{_TRANSITIONS} at the bottom; anything not in
-it is an error (style P3). Every error the peer causes - malformed bytes, a limit, a
+it is an error (docs/design.md). Every error the peer causes - malformed bytes, a limit, a
 missing header, a frame at the wrong time - is answered the same way: an ERROR frame with
 a C{message} header, a body explaining, C{receipt-id} when the bad frame had a receipt,
 and the connection is finished (S10.4). The adapter writes C{data_to_send()} and then

@@ -1,5 +1,5 @@
 """
-Errors of the STOMP engine (style P4, S10.4).
+Errors of the STOMP engine (docs/design.md, S10.4).
 
 A STOMP error is told to the peer in an ERROR frame: a short C{message} header and an
 optional body with the details, plus C{receipt-id} when the offending frame asked for a

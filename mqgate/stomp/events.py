@@ -1,5 +1,5 @@
 """
-Events the STOMP engine reports, in order, from C{receive_data} (style P1, S10.2).
+Events the STOMP engine reports, in order, from C{receive_data} (docs/design.md, S10.2).
 
 One event per client frame, after the engine has checked the frame's required headers
 for the agreed version. C{receipt} is the frame's C{receipt} header (or None): the glue

@@ -1,5 +1,5 @@
 """
-STOMP 1.0/1.1/1.2 frames: parse and serialize (S10.2), with limits (style P5).
+STOMP 1.0/1.1/1.2 frames: parse and serialize (S10.2), with limits (docs/design.md).
 
 Theory of operation
 -------------------

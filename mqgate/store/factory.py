@@ -48,7 +48,7 @@ class _Runner:
 
 
 class StoreService(service.Service):
-    """Owns the store: recovers it first, closes it last (ARCHITECTURE rule 6).
+    """Owns the store: recovers it first, closes it last (design rule 6).
 
     L{mqgate.service.BrokerService} calls L{recover} when it starts and
     C{stopService} once its connections are closed; this service is deliberately not

@@ -1,5 +1,5 @@
 """
-Test helpers for the AMQP engine: two engines joined in memory (style P12).
+Test helpers for the AMQP engine: two engines joined in memory (docs/design.md).
 
 L{EnginePair} owns a client L{Connection} and a server L{Connection} and moves bytes
 between them until neither has anything more to say, collecting the events each side

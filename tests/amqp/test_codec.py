@@ -1,5 +1,5 @@
 """The AMQP 1.0 type codec (S10.1; OASIS AMQP 1.0 Part 1): round trips, exact bytes, and
-the promise that malformed input raises DecodeError and nothing else (S10.4, style P4)."""
+the promise that malformed input raises DecodeError and nothing else (S10.4, docs/design.md)."""
 
 import math
 import uuid

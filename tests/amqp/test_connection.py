@@ -1,5 +1,5 @@
 """The AMQP connection engine (S10.1, S10.4; AMQP 1.0 Part 2 section 2.4, Part 5 SASL):
-a client engine and a server engine joined in memory (style P12)."""
+a client engine and a server engine joined in memory (docs/design.md)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Encoded messages (S10.1; AMQP 1.0 Part 3 section 3.2; ARCHITECTURE rule 2): parse only
+"""Encoded messages (S10.1; AMQP 1.0 Part 3 section 3.2; design rule 2): parse only
 what routing needs, never decode the body, rewrite only header and annotations."""
 
 import pytest
@@ -110,7 +110,7 @@ def test_several_data_sections_and_footer():
 
 
 def test_body_is_never_decoded():
-    """ARCHITECTURE rule 2: parsing and for_delivery succeed on a message whose body section
+    """design rule 2: parsing and for_delivery succeed on a message whose body section
     is not even valid AMQP, and carry those bytes unchanged."""
     body = b"\x00\x53\x77\xff\xfe\xfd"  # amqp-value with an unknown constructor
     data = encode_message(None, header=HEADER, properties=PROPERTIES, body_type=DATA)

@@ -1,4 +1,4 @@
-"""Tests for the schema and Settings: defaults, aliases, overrides, validation (P10)."""
+"""Tests for the schema and Settings: defaults, aliases, overrides, validation."""
 
 import os
 from pathlib import Path
@@ -176,7 +176,7 @@ def test_unknown_key_reported_once():
     ("mqgate.instancename", "my broker", "1 to 32 letters, digits or underscores"),
 ])
 def test_bad_value_from_file_names_key_value_allowed_and_line(key, value, allowed):
-    """ARCHITECTURE rule 7: a bad value names key, value, what is allowed and where."""
+    """design rule 7: a bad value names key, value, what is allowed and where."""
     with pytest.raises(ConfigError) as info:
         settings_from(f"# header\n{key}={value}\n")
     error = info.value

@@ -219,6 +219,7 @@ def test_plugin_is_a_service_maker_for_mqgate_tap():
 
 
 def test_plugin_directory_does_not_shadow_twisted():
-    """ARCHITECTURE pitfall: no __init__.py in the checkout's twisted/ or plugins/."""
+    """The checkout's twisted/ and twisted/plugins/ hold no __init__.py: one would shadow
+    the real Twisted, and twistd would find no mqgate plugin."""
     assert not (ROOT / "twisted" / "__init__.py").exists()
     assert not (ROOT / "twisted" / "plugins" / "__init__.py").exists()

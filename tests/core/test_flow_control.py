@@ -1,4 +1,4 @@
-"""Bounded destinations and producer flow control in the core (S2.3, S2.7, ARCHITECTURE
+"""Bounded destinations and producer flow control in the core (S2.3, S2.7, docs/design.md
 rule 4): FLOW_CONTROL blocks producers of a full destination until it drains below its
 low-water mark; REJECT_NEWEST refuses the message; -1 means no limit."""
 

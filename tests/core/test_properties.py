@@ -1,5 +1,5 @@
 """Property-based tests: whatever consumers do, no message is lost or accepted twice
-(S8.1, ARCHITECTURE rule 3)."""
+(S8.1, design rule 3)."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

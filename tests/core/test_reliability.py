@@ -1,4 +1,4 @@
-"""Settlement and redelivery (S8.1, ARCHITECTURE rule 3)."""
+"""Settlement and redelivery (S8.1, design rule 3)."""
 
 import pytest
 

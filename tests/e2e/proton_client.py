@@ -15,7 +15,7 @@ that stops answering fails a test with a message instead of hanging it:
   own Container (proton objects are never shared between threads);
 - L{HoldingConsumer} is a consumer in a child process that takes messages without
   settling them and can be killed with SIGKILL: the abrupt connection loss of
-  ARCHITECTURE rule 3.
+  design rule 3.
 
 The module is also that child process: ``python -m tests.e2e.proton_client hold URL
 ADDRESS COUNT``.

@@ -1,4 +1,4 @@
-"""Producer flow control through the real broker (S2.3, S2.7, ARCHITECTURE rule 4).
+"""Producer flow control through the real broker (S2.3, S2.7, design rule 4).
 
 A broker started with ``maxNumMsgs=100`` and a producer credit of 20: a Proton producer
 with no consumer on its queue runs out of credit after about 100 messages, and gets

@@ -75,7 +75,7 @@ def test_twistd_help_lists_mqgate_from_the_checkout():
 def test_twistd_help_lists_mqgate_when_installed(tmp_path):
     """S0.3: where mqgate is installed (make install), twistd finds it from any directory.
 
-    This is the packaging pitfall of ARCHITECTURE.md: an install that does not put
+    This is the packaging pitfall of docs/design.md: an install that does not put
     the plugin on twisted.plugins.__path__ passes every other test but leaves
     ``twistd mqgate`` unknown. So: no checkout on PYTHONPATH, another working
     directory.

@@ -296,7 +296,7 @@ def test_tls_service_without_key_pair_stops_startup_telling_to_run_keytool(tmp_p
 
 
 def test_tls_startup_error_is_a_message_not_a_traceback(tmp_path, brokers):
-    """S1.8/ARCHITECTURE rule 7: a TLS set-up error stops twistd with the message alone
+    """S1.8/design rule 7: a TLS set-up error stops twistd with the message alone
     (as a bad -D value does), not with a Python traceback of the broker's wiring."""
     process = brokers(tmp_path / "varhome", TLS_SERVICES, wait=False)
     code = process.wait_exit()

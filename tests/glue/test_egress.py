@@ -195,7 +195,7 @@ def test_core_credit_follows_protocol_credit_less_what_waits(world):
 
 
 def test_withdraw_gives_guaranteed_deliveries_back_in_order(world):
-    """ARCHITECTURE rule 3: a target that goes takes its waiting deliveries back to
+    """design rule 3: a target that goes takes its waiting deliveries back to
     the queue, oldest first, not counted as delivery attempts (never written)."""
     broker, engine, egress, _ = world
     target = attach(broker, egress, engine, "queue://q", "g", presettled=False)

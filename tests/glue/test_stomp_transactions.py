@@ -1,4 +1,4 @@
-"""STOMP transactions are bounded (S10.2, ARCHITECTURE rule 4): how many a connection
+"""STOMP transactions are bounded (S10.2, design rule 4): how many a connection
 may have open, and how many frames and bytes they may hold until COMMIT.
 
 The real core and STOMP adapter on StringTransports (L{tests.glue.stomp_harness}).

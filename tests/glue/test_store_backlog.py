@@ -1,4 +1,4 @@
-"""What a connection may have waiting for the store (S2.7, ARCHITECTURE rule 4), and
+"""What a connection may have waiting for the store (S2.7, design rule 4), and
 what becomes of a pre-settled AMQP send a limit refuses: through the real adapters and
 glues on StringTransports, with a store whose writes finish when the test says."""
 

@@ -1,5 +1,5 @@
 """One uncommitted STOMP transaction of 400 x 1 MiB against the real broker (S10.2,
-ARCHITECTURE rule 4): it gets an ERROR before the broker grows past its limit plus a
+design rule 4): it gets an ERROR before the broker grows past its limit plus a
 constant, and nobody else notices.
 
 Before the limits, the same transaction grew the broker by 403 MiB with no ERROR.

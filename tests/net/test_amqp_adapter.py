@@ -1,7 +1,7 @@
 """Tests for the Twisted AMQP adapter: EngineProtocol with AmqpServerFactory, Flusher.
 
 Every connection here is a protocol on a StringTransport with a task.Clock; the peer is
-a client-side engine (style P12: no sockets, no reactor, no sleeps). Bytes move only when
+a client-side engine (docs/design.md: no sockets, no reactor, no sleeps). Bytes move only when
 a test calls L{Peer.pump}, so a test can tell whether the adapter wrote something on its
 own (a flush, a heart-beat, a close) or because the peer spoke.
 """
@@ -385,7 +385,7 @@ def test_peer_traffic_resets_our_idle_timeout(tmp_path):
 
 def test_idle_timeout_gives_unsettled_deliveries_back(tmp_path):
     """Deliveries a timed-out connection left unsettled go back to the queue and reach
-    the next consumer with delivery-count raised (S1.7, ARCHITECTURE rule 3)."""
+    the next consumer with delivery-count raised (S1.7, design rule 3)."""
     h = Harness(tmp_path, {"mqgate.amqp.idle_timeout": "10"})
     silent = h.opened(port=40001)
     attach(silent, RECEIVER, "q1", credit=5)

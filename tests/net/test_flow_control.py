@@ -1,4 +1,4 @@
-"""Producer flow control through the adapters (S2.3, S2.7, ARCHITECTURE rule 4): a full
+"""Producer flow control through the adapters (S2.3, S2.7, design rule 4): a full
 destination withholds an AMQP producer's credit and stops reading a STOMP producer's
 socket, until the destination drains.
 

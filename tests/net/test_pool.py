@@ -353,7 +353,7 @@ def test_a_flood_on_one_connection_leaves_turns_for_later_arrivals():
 def test_a_flooding_transport_is_paused_and_resumed():
     """Back-pressure: past backlog_limit the flooding connection's transport is paused
     (once), its backlog never grows beyond the limit plus one read, and it is resumed
-    when its turns have worked the backlog down (S1.6, ARCHITECTURE rule 4)."""
+    when its turns have worked the backlog down (S1.6, design rule 4)."""
     clock, log = StepClock(), []
     distributor = Distributor(clock, turn_budget=64 * KB, backlog_limit=256 * KB)
     a = RecordingConnection("A", log)

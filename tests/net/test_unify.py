@@ -221,7 +221,7 @@ def test_connection_lost_before_decision_cancels_timer():
 
 
 def test_buffer_bounded_by_sniff_budget():
-    """Endless heart-beat EOLs are rejected once the sniff budget is spent (style P5)."""
+    """Endless heart-beat EOLs are rejected once the sniff budget is spent (docs/design.md)."""
     rejections = Rejections()
     proto, transport, clock, factories = setup(rejection=rejections)
     for _ in range(SNIFF_BUDGET - 1):

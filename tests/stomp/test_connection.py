@@ -1,4 +1,4 @@
-"""Tests of the STOMP server connection engine (S10.2, S10.4, style P1-P4)."""
+"""Tests of the STOMP server connection engine (S10.2, S10.4, docs/design.md-P4)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The fuzz invariant of the STOMP engine (S10.4, style P4/P12): whatever bytes arrive,
+"""The fuzz invariant of the STOMP engine (S10.4, docs/design.md): whatever bytes arrive,
 receive_data returns events or finishes the connection with an ERROR frame; it never
 raises, and whatever it writes parses as server frames.
 

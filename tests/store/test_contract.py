@@ -1,5 +1,5 @@
 """
-One contract suite run against every store (style.md P12; SPEC S3.1, S3.6).
+One contract suite run against every store (docs/design.md; SPEC S3.1, S3.6).
 
 Each test runs on the memory store and on the file store with sync on and off. A
 "restart" is what the broker sees after a stop: the memory store's C{restarted()}, or a
