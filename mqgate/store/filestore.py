@@ -353,15 +353,18 @@ class _LargeAdd:
 
 class _Record:
     """A journal record. C{key} is C{(destination, message_id)} for a plain add (what
-    to take back from the ledger if it is never written)."""
+    to take back from the ledger if it is never written). C{raw} is the whole record,
+    encoded on the reactor (L{j.record_bytes}), when it needs nothing from the writer
+    thread (no own file); C{parts} is then C{None}."""
 
-    __slots__ = ("rtype", "parts", "releases", "key")
+    __slots__ = ("rtype", "parts", "releases", "key", "raw")
 
-    def __init__(self, rtype, parts, releases=(), key=None):
+    def __init__(self, rtype, parts, releases=(), key=None, raw=None):
         self.rtype = rtype
         self.parts = parts
         self.releases = releases
         self.key = key
+        self.raw = raw
 
 
 class _CatalogChange:
@@ -477,6 +480,9 @@ class _Disk:
         records, done = [], 0
         try:
             for op in run:
+                if op.raw is not None:
+                    records.append(op.raw)
+                    continue
                 parts = [p.materialize(self.pool, self.sync) if isinstance(p, _LargeAdd)
                          else p for p in op.parts]
                 records.append((op.rtype, parts))
@@ -494,7 +500,7 @@ class _Disk:
                 for rel in op.releases:
                     self._release(rel)
             for op in run[done:]:
-                for part in op.parts:
+                for part in op.parts or ():
                     if isinstance(part, _LargeAdd) and part.written:
                         part.written = False
                         self._release(part.rel)
@@ -719,10 +725,19 @@ class FileStore:
         (bytes, or a view of bytes, never a buffer that is reused).
         """
         self._ledger.check_message(destination, message_id, data)
+        if txn is None and len(data) <= self.max_record_size:
+            # The common case: the whole record encoded here, once; the writer thread
+            # only joins it with the rest of its batch.
+            raw = j.record_bytes(j.ADD, j.pack_add(destination, message_id, 0, data))
+            entry = _Entry(len(raw))
+            self._ledger.add(destination, message_id, entry)
+            return self._submit(_Record(j.ADD, None, key=(destination, message_id),
+                                        raw=raw), entry.size)
         entry = self._new_entry(destination, message_id, data)
         self._ledger.add(destination, message_id, entry, txn)
         if txn is not None:
             return defer.succeed(None)
+        # A large message: its own file is written on the writer thread.
         rtype, parts = self._add_parts(destination, message_id, entry)
         entry.data = None
         return self._submit(_Record(rtype, parts, key=(destination, message_id)),
@@ -736,8 +751,9 @@ class FileStore:
         if txn is not None:
             return defer.succeed(None)
         self._count_dead(entry.size)
-        parts = j.pack_remove(destination, message_id)
-        return self._submit(_Record(j.REMOVE, parts, _rels([entry])), _size(parts))
+        raw = j.record_bytes(j.REMOVE, j.pack_remove(destination, message_id))
+        return self._submit(_Record(j.REMOVE, None, _rels([entry]), raw=raw),
+                            len(raw) - j.HEADER_SIZE)
 
     @guarded
     @refused_while_failing
