@@ -161,7 +161,12 @@ def record_bytes(rtype, parts):
     arrives, once, so that the writer thread only joins a batch's records and writes
     them with one call (the writer's Python work competes with the reactor for the GIL).
     """
-    return b"".join(encode_record(rtype, parts))
+    payload = b"".join(parts)
+    if len(payload) > _MAX_PAYLOAD:
+        raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
+    prefix = _PREFIX.pack(MAGIC, rtype, 0, 0, len(payload))
+    return b"".join((prefix, _U32.pack(zlib.crc32(payload, zlib.crc32(prefix))),
+                     payload))
 
 
 class Add:
