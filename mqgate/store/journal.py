@@ -69,6 +69,9 @@ DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 _MAX_PAYLOAD = 0xFFFFFFFF
 # os.writev accepts at most IOV_MAX buffers per call (1024 on Linux).
 _IOV_MAX = 1024
+#: A chunk of records up to this size is joined and written with one call; a larger
+#: one (large messages) goes to writev as it is, so that no batch is copied whole.
+_JOIN_LIMIT = 4 * 1024 * 1024
 
 _SEGMENT_SUFFIX = ".seg"
 _TMP_SUFFIX = ".compact"
@@ -594,7 +597,7 @@ class Journal:
                     buffers = encode_record(*record)
                     size = sum(len(b) for b in buffers)
                 if self._offset and self._offset + size > self.segment_size:
-                    self._write(pending)
+                    self._write(pending, self._offset - base)
                     self._unsynced += chunk
                     self.roll()
                     done, chunk, base, pending = done + chunk, 0, 0, []
@@ -602,7 +605,7 @@ class Journal:
                 pending.extend(buffers)
                 self._offset += size
                 chunk += 1
-            self._write(pending)
+            self._write(pending, self._offset - base)
             self._unsynced += chunk
             if sync:
                 self.sync()
@@ -613,12 +616,14 @@ class Journal:
         self.records += len(records)
         return locations
 
-    def _write(self, buffers):
+    def _write(self, buffers, size):
         # One buffer, one write call: joining a batch's small records costs less than
-        # handing the kernel an iovec per record (and a memoryview per record to build it).
-        data = b"".join(buffers)
-        write_all(self._fd, (data,))
-        self.bytes_written += len(data)
+        # handing the kernel an iovec per record (and a memoryview per record to build
+        # it). A chunk of large records is not copied: writev takes it as it is.
+        if size <= _JOIN_LIMIT:
+            buffers = (b"".join(buffers),)
+        write_all(self._fd, buffers)
+        self.bytes_written += size
 
     def _cut_back(self, offset):
         # After a failed append: the active segment must end with a whole record again,

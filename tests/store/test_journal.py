@@ -62,9 +62,13 @@ def test_whole_record_bytes_are_the_encoded_record():
         assert j.record_bytes(rtype, parts) == b"".join(j.encode_record(rtype, parts))
 
 
-def test_append_mixes_whole_records_and_parts_across_a_segment_roll(tmp_path):
+@pytest.mark.parametrize("join_limit", [j._JOIN_LIMIT, 100])
+def test_append_mixes_whole_records_and_parts_across_a_segment_roll(tmp_path, monkeypatch,
+                                                                    join_limit):
     """Whole records and records given as parts are written in order, with their
-    locations, and a segment rolls between them as it does for parts alone."""
+    locations, and a segment rolls between them as it does for parts alone; whether a
+    chunk is joined into one write or handed to writev as it is (over the limit)."""
+    monkeypatch.setattr(j, "_JOIN_LIMIT", join_limit)
     journal = j.Journal(tmp_path, segment_size=600)
     journal.recover(load_data=True)
     given = []
@@ -74,6 +78,7 @@ def test_append_mixes_whole_records_and_parts_across_a_segment_roll(tmp_path):
     locations = journal.append(given)
     journal.close()
     assert len({segno for segno, _, _ in locations}) > 1
+    assert journal.bytes_written == sum(size for _, _, size in locations)
     replay, _ = j.Journal(tmp_path, segment_size=600).recover(load_data=True)
     assert [(mid, e.data) for mid, e in replay.live[Q].items()] == [
         (mid, b"d" * 150) for mid in range(1, 7)]
