@@ -24,8 +24,9 @@ Threads. Two halves: L{FileStore} lives on the reactor thread and keeps a L{Ledg
 without waiting for the disk. The disk half (L{_Disk}: journal, file pool, small files)
 runs only through the injected C{run_in_thread}, one batch at a time (L{WriteQueue}):
 records submitted while a batch is being written wait and form the next batch, which
-gets one C{writev} and, with sync on, one fsync (group commit, S3.4). Every Deferred of
-a batch fires after that fsync, or with sync off after C{os.writev} returned (so a
+gets one write (its records were encoded on the reactor when submitted) and,
+with sync on, one fsync (group commit, S3.4). Every Deferred of
+a batch fires after that fsync, or with sync off after the write returned (so a
 broker crash loses nothing acknowledged).
 
 Faults (S3.6). A full disk or an I/O error does not stop the store for good. A batch
