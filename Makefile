@@ -117,8 +117,18 @@ test: install-test postgres-server ldap-server
 	MQGATE_REQUIRE_POSTGRES=$(MQGATE_REQUIRE_POSTGRES) \
 	  MQGATE_REQUIRE_SLAPD=$(MQGATE_REQUIRE_SLAPD) $(PY) -m pytest
 
+# BENCH_ARGS go to bench/run.py, NODE_BENCH_ARGS to bench/run_node.py (e.g. a quick
+# run: make bench BENCH_ARGS='--messages 20000' NODE_BENCH_ARGS='--messages 20000 --seconds 3').
+# The Node generator's packages come from bench/node/package-lock.json; without node and
+# npm its scenarios are skipped with a note.
 bench: install-test
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH_ARGS)
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		(cd bench/node && npm ci --no-audit --no-fund --loglevel=error) && \
+		$(PY) bench/run_node.py $(NODE_BENCH_ARGS); \
+	else \
+		echo "make bench: node and npm not found, skipping the Node generator (bench/node); install Node.js 18+ and npm to run it"; \
+	fi
 
 # S10.4: mutated client input against the AMQP and STOMP engines, the port mapper and
 # the protocol sniffer (tests/fuzz/README.md). FUZZ_RUNS inputs per target, FUZZ_TARGETS
