@@ -31,7 +31,7 @@ INSTALL_STAMP = $(VENV)/.mqgate-install
 TEST_STAMP    = $(VENV)/.mqgate-install-test
 PACKAGING     = setup.cfg pyproject.toml
 
-.PHONY: venv install install-test postgres-server ldap-server run test bench fuzz clean
+.PHONY: venv install install-test postgres-server ldap-server run test bench node-bench fuzz clean
 
 venv: $(PY)
 
@@ -113,7 +113,7 @@ ldap-server:
 	       "make test MQGATE_REQUIRE_SLAPD=0 to skip them." >&2; \
 	fi
 
-test: install-test postgres-server ldap-server
+test: install-test postgres-server ldap-server node-bench
 	MQGATE_REQUIRE_POSTGRES=$(MQGATE_REQUIRE_POSTGRES) \
 	  MQGATE_REQUIRE_SLAPD=$(MQGATE_REQUIRE_SLAPD) $(PY) -m pytest
 
@@ -121,13 +121,20 @@ test: install-test postgres-server ldap-server
 # run: make bench BENCH_ARGS='--messages 20000' NODE_BENCH_ARGS='--messages 20000 --seconds 3').
 # The Node generator's packages come from bench/node/package-lock.json; without node and
 # npm its scenarios are skipped with a note.
-bench: install-test
+bench: install-test node-bench
 	$(PY) bench/run.py $(BENCH_ARGS)
-	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
-		(cd bench/node && npm ci --no-audit --no-fund --loglevel=error) && \
+	@if [ -d bench/node/node_modules ]; then \
 		$(PY) bench/run_node.py $(NODE_BENCH_ARGS); \
 	else \
 		echo "make bench: node and npm not found, skipping the Node generator (bench/node); install Node.js 18+ and npm to run it"; \
+	fi
+
+# The Node load generator's packages (bench/node/package-lock.json), when node and npm
+# are here: make bench runs it, and make test's smoke test runs it with tiny counts.
+node-bench:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		[ bench/node/node_modules/.package-lock.json -nt bench/node/package-lock.json ] || \
+		(cd bench/node && npm ci --no-audit --no-fund --loglevel=error); \
 	fi
 
 # S10.4: mutated client input against the AMQP and STOMP engines, the port mapper and
@@ -145,6 +152,6 @@ fuzz: install-test
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info _trial_temp .pytest_cache .hypothesis bench/results \
-	  tests/fuzz/results
+	  tests/fuzz/results bench/node/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -name dropin.cache -type f -delete
