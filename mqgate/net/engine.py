@@ -188,6 +188,7 @@ class EngineProtocol(Protocol):
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
         self._writing_paused = False   # the transport's send buffer is full (S9.3)
         self._broken = False    # a flush failed: the connection is being dropped
+        self._lost = False      # the transport is gone: nothing may be written or closed
         self._held_events = None   # events read and not yet handed to the glue, or None
         self._held_from = 0        # the first of them not handed over yet
         self._unread = bytearray()  # bytes received and not yet given to the engine
@@ -437,7 +438,7 @@ class EngineProtocol(Protocol):
 
     def _write_out(self):
         engine = self.engine
-        if engine is None or self._closing:
+        if engine is None or self._closing or self._lost:
             return
         egress = self.glue.egress
         out = engine.data_to_send()
@@ -519,6 +520,9 @@ class EngineProtocol(Protocol):
 
     def connectionLost(self, reason):
         """The transport is gone: everything unsettled goes back to its queue."""
+        # A flush after this (the input still queued for the pool, a login answered
+        # late) must not write or half-close a socket that no longer exists.
+        self._lost = True
         self.factory.connections.discard(self)
         self._release_login_slot()
         self._cancel_tick()

@@ -147,3 +147,15 @@ def test_a_socket_closed_at_its_login_deadline_gives_its_login_slot_back_at_once
     clock.advance(5)
     assert transport.value().startswith(b"ERROR\n") and transport.write_closed
     assert factory.login_slots.held == 0
+
+
+def test_nothing_is_written_or_half_closed_after_the_connection_is_lost():
+    """A goodbye produced after the socket went (a late login answer, a slow-subscriber
+    verdict) is dropped: half-closing a closed socket would raise in the reactor."""
+    transport = HalfClosingTransport(peerAddress=PEER)
+    clock, protocol = connect(transport)
+    protocol.connectionLost(Failure(ConnectionDone()))
+    written = transport.value()
+    protocol.glue.disconnect("disconnected as a slow subscriber")
+    protocol.flush()
+    assert transport.value() == written and not transport.write_closed
