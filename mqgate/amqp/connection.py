@@ -80,7 +80,7 @@ from mqgate.amqp.types import Described, Symbol
 from mqgate.errors import RemoteProtocolError
 
 __all__ = ["Connection", "ConnectionState", "IllegalTransition", "SASL_AUTH",
-           "SASL_SYS_TEMP"]
+           "SASL_SYS_TEMP", "next_state"]
 
 # SASL frames carry a mechanism name and a few credentials; nothing legitimate comes near
 # this, and a limit keeps an unauthenticated peer from making us buffer much.
@@ -359,11 +359,7 @@ class Connection:
 
         @raise IllegalTransition: the table has no such step from this state.
         """
-        state = _TRANSITIONS.get((self._state, event))
-        if state is None:
-            raise IllegalTransition(
-                f"the connection cannot take '{event}' in state {self._state.name}")
-        self._state = state
+        state = self._state = next_state(self._state, event)
         self._accepts = _ACCEPTS[state]
 
     def _finish(self):
@@ -943,6 +939,18 @@ _HANDLERS = {
     Flow: Connection._on_flow, Transfer: Connection._on_transfer,
     Disposition: Connection._on_disposition,
 }
+
+
+def next_state(state, step):
+    """The state the connection reaches from C{state} by C{step} (C{S_OPEN}, ...).
+
+    @raise IllegalTransition: section 2.4.6 (as C{_TRANSITIONS} keeps it) has no such
+        step from C{state}.
+    """
+    following = _TRANSITIONS.get((state, step))
+    if following is None:
+        raise IllegalTransition(f"the connection cannot take '{step}' in state {state.name}")
+    return following
 
 
 def _refuse_frame(connection, channel, performative, payload, events):
