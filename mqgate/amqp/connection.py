@@ -127,6 +127,7 @@ S_HDR, R_HDR, S_OPEN, R_OPEN, S_CLOSE, R_CLOSE = (
 class IllegalTransition(AmqpLocalError):
     """The engine was asked to move its state in a way section 2.4.6 does not allow."""
 
+
 # Performatives by descriptor code, decoded with their own field tables.
 _PERFORMATIVES = {
     OPEN: Open, BEGIN: Begin, ATTACH: Attach, FLOW: Flow, TRANSFER: Transfer,
@@ -313,8 +314,8 @@ class Connection:
             deadlines.append(min(self._last_rx + self.idle_timeout,
                                  now + self.idle_timeout / 4))
         if self.remote_idle_timeout and self._state in (ConnectionState.OPENED,
-                                                       ConnectionState.OPEN_SENT,
-                                                       ConnectionState.CLOSE_RCVD):
+                                                        ConnectionState.OPEN_SENT,
+                                                        ConnectionState.CLOSE_RCVD):
             interval = max(self.remote_idle_timeout / 4, self.heartbeat_floor)
             if now - self._last_tx >= interval:
                 self._out.append(EMPTY_FRAME)
