@@ -18,7 +18,12 @@ Phases, as in Part 2 section 2.2 and Part 5 section 5.3:
     AMQP        after the AMQP header exchange: open/begin/attach/... frames
     CLOSED      both closes exchanged, or the stream was given up
 
-The connection states of section 2.4.6 are kept in C{state} with the spec's names.
+The connection states of section 2.4.6 are kept in C{state} with the spec's names, and
+only the engine moves them: every change is a step of the table C{_TRANSITIONS} (state,
+what was sent or received -> next state), and each state has its own table of the
+performatives it accepts (C{_ACCEPTS}), so a frame the state does not expect is a named
+error (a frame after the close, for one, is a framing error). C{state} and C{finished}
+are read-only to callers; they end a connection with C{close()} or C{abort()}.
 Incoming bytes that arrive while authentication is pending are held, not parsed, so the
 outcome of an asynchronous credential check decides what happens to them.
 
@@ -74,7 +79,8 @@ from mqgate.amqp.session import HANDLE_MAX, Session, SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.errors import RemoteProtocolError
 
-__all__ = ["Connection", "ConnectionState", "SASL_AUTH", "SASL_SYS_TEMP"]
+__all__ = ["Connection", "ConnectionState", "IllegalTransition", "SASL_AUTH",
+           "SASL_SYS_TEMP", "next_state"]
 
 # SASL frames carry a mechanism name and a few credentials; nothing legitimate comes near
 # this, and a limit keeps an unauthenticated peer from making us buffer much.
@@ -110,6 +116,17 @@ class ConnectionState(enum.Enum):
 
 
 _HEADER, _SASL, _AMQP, _CLOSED = "HEADER", "SASL", "AMQP", "CLOSED"
+
+# What moves the connection state (section 2.4.6): a header, an open or a close, sent
+# (S) or received (R).
+S_HDR, R_HDR, S_OPEN, R_OPEN, S_CLOSE, R_CLOSE = (
+    "sent header", "received header", "sent open", "received open", "sent close",
+    "received close")
+
+
+class IllegalTransition(AmqpLocalError):
+    """The engine was asked to move its state in a way section 2.4.6 does not allow."""
+
 
 # Performatives by descriptor code, decoded with their own field tables.
 _PERFORMATIVES = {
@@ -191,13 +208,14 @@ class Connection:
         self.setting_names = dict(setting_names or {})
         self.frame_budget = frame_budget
         self._backlog = collections.deque()   # frames read, not yet processed
-        self.state = ConnectionState.START
+        self._state = ConnectionState.START
+        self._accepts = _ACCEPTS[ConnectionState.START]   # performative -> handler
         self.remote_open = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
         self.remote_idle_timeout = None
         self.authenticated = None          # the SASL mechanism that succeeded, or "NONE"
         self.error = None                  # the protocol error that ended the connection
-        self.finished = False              # nothing more to read or write: drop the transport
+        self._finished = False             # nothing more to read or write: drop the transport
         self._phase = _HEADER
         self._reader = FrameReader(self.max_frame_size)
         self._header_buf = b""
@@ -229,7 +247,7 @@ class Connection:
         With a C{frame_budget}, frames beyond it wait (L{backlogged}): call again, with
         C{b""} or more bytes, to go on."""
         events = []
-        if self.finished or self._phase is _CLOSED:
+        if self._finished or self._phase is _CLOSED:
             return events
         over = False
         if self._preauth is not None:
@@ -247,7 +265,7 @@ class Connection:
                 self._consume(data, events)
             except RemoteProtocolError as error:
                 self._fail(error)
-        if over and not self.finished and self._preauth is not None:
+        if over and not self._finished and self._preauth is not None:
             self._over_preauth_budget()
         return events
 
@@ -281,7 +299,7 @@ class Connection:
         if self._last_tx is None or self._tx:
             self._last_tx = now
             self._tx = False
-        if self.finished or self._phase is _CLOSED:
+        if self._finished or self._phase is _CLOSED:
             return None
         deadlines = []
         if self.idle_timeout and self._phase is _AMQP:
@@ -289,16 +307,15 @@ class Connection:
                 self.error = AmqpRemoteError(
                     f"local-idle-timeout expired: no frame for {self.idle_timeout:g} s",
                     c.RESOURCE_LIMIT_EXCEEDED)
-                self.close(self.error.condition, self.error.description)
-                self.finished = True
+                self.abort(self.error.condition, self.error.description)
                 return None
             # Traffic is noticed only when we tick, so tick every quarter timeout: a
             # silent peer is then closed at most a quarter late, never early.
             deadlines.append(min(self._last_rx + self.idle_timeout,
                                  now + self.idle_timeout / 4))
-        if self.remote_idle_timeout and self.state in (ConnectionState.OPENED,
-                                                       ConnectionState.OPEN_SENT,
-                                                       ConnectionState.CLOSE_RCVD):
+        if self.remote_idle_timeout and self._state in (ConnectionState.OPENED,
+                                                        ConnectionState.OPEN_SENT,
+                                                        ConnectionState.CLOSE_RCVD):
             interval = max(self.remote_idle_timeout / 4, self.heartbeat_floor)
             if now - self._last_tx >= interval:
                 self._out.append(EMPTY_FRAME)
@@ -313,7 +330,7 @@ class Connection:
 
     def ping(self):
         """Write an empty frame (section 2.4.5): harmless to the peer, a probe for us."""
-        if self.state in (ConnectionState.OPENED, ConnectionState.OPEN_SENT):
+        if self._state in (ConnectionState.OPENED, ConnectionState.OPEN_SENT):
             self._write(EMPTY_FRAME)
 
     @property
@@ -321,10 +338,34 @@ class Connection:
         """True once the peer's open arrived: its idle timeout is known (section 2.4.5)."""
         return self.remote_open is not None
 
+    @property
+    def state(self):
+        """The L{ConnectionState} (section 2.4.6); only the engine changes it."""
+        return self._state
+
+    @property
+    def finished(self):
+        """True once nothing more will be read or written: the adapter writes what
+        C{data_to_send()} returns and drops the transport. Only the engine sets it (see
+        C{abort})."""
+        return self._finished
+
     def connection_lost(self):
         """The transport is gone: nothing more will be read or written."""
         self._drop_input()
-        self.finished = True
+        self._finish()
+
+    def _move(self, event):
+        """Take the step C{event} from the current state, as C{_TRANSITIONS} allows.
+
+        @raise IllegalTransition: the table has no such step from this state.
+        """
+        state = self._state = next_state(self._state, event)
+        self._accepts = _ACCEPTS[state]
+
+    def _finish(self):
+        """Nothing more to read or write: the adapter drops the transport."""
+        self._finished = True
         self._phase = _CLOSED
 
     # -- local actions -----------------------------------------------------------------------
@@ -332,22 +373,17 @@ class Connection:
     def sasl_outcome(self, ok, description=None):
         """Server: answer an L{AuthenticationRequested}; returns events from held input."""
         events = []
-        if self.finished:
+        if self._finished:
             return events   # refused meanwhile (its budget before login ran out)
         held, self._held = self._held, None
         if ok:
             self._preauth = None
         if self.authenticated == "NONE":
+            self._send_amqp_header()
             if not ok:
-                self._write(AMQP_HEADER)
-                self._phase = _AMQP
-                self.state = ConnectionState.HDR_EXCH
                 self._refuse_open(c.UNAUTHORIZED_ACCESS,
                                   description or "anonymous access is not allowed")
                 return events
-            self._write(AMQP_HEADER)
-            self.state = ConnectionState.HDR_EXCH
-            self._phase = _AMQP
         else:
             # A refusal says why in the outcome's additional data (section 5.3.3.6).
             self._write_frame(0, SaslOutcome(
@@ -356,11 +392,9 @@ class Connection:
                 frame_type=SASL_FRAME)
             if not ok:
                 self.authenticated = None
-                self.finished = True
-                self._phase = _CLOSED
+                self._finish()
                 return events
-            self._phase = _HEADER
-            self.state = ConnectionState.START
+            self._phase = _HEADER   # the state is still START: SASL is beneath it
         if held:
             self._rx = True
             try:
@@ -373,7 +407,7 @@ class Connection:
     def authenticating(self):
         """Server: whether the peer's credentials (or its anonymous login) are being
         checked, the outcome not given yet."""
-        return self._held is not None and not self.finished
+        return self._held is not None and not self._finished
 
     def end_login(self, code, description, condition):
         """Server: give up on a peer whose login is not finished, telling it why.
@@ -386,7 +420,7 @@ class Connection:
         close with C{condition}. Either way the connection is finished; returns whether
         anything could be said (before any header, nothing can).
         """
-        if self.finished or self._phase is _CLOSED:
+        if self._finished or self._phase is _CLOSED:
             return False
         self.error = AmqpRemoteError(description, condition)
         self._drop_input()
@@ -397,28 +431,25 @@ class Connection:
                               frame_type=SASL_FRAME)
             self.authenticated = None
         elif self.authenticated == "NONE" and self._phase is _HEADER:
-            self._write(AMQP_HEADER)
-            self._phase = _AMQP
+            self._send_amqp_header()
             self._refuse_open(condition, description)
             return True
         elif self._phase is _AMQP:
             self.close(condition, description)
         else:
             said = False
-        self.finished = True
-        self._phase = _CLOSED
+        self._finish()
         return said
 
     def open(self):
         """Send our open."""
-        if self.state not in (ConnectionState.HDR_EXCH, ConnectionState.OPEN_RCVD,
-                              ConnectionState.HDR_SENT):
-            raise AmqpLocalError(f"cannot open a connection in state {self.state.name}")
+        if self._state not in (ConnectionState.HDR_EXCH, ConnectionState.OPEN_RCVD,
+                               ConnectionState.HDR_SENT):
+            raise AmqpLocalError(f"cannot open a connection in state {self._state.name}")
         self._send_open()
-        self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_RCVD
-                      else ConnectionState.OPEN_SENT)
 
     def _send_open(self):
+        self._move(S_OPEN)
         self._open_sent = True
         idle_ms = int(self.idle_timeout * 1000) if self.idle_timeout else None
         self._write_frame(0, Open(
@@ -429,22 +460,25 @@ class Connection:
 
     def close(self, condition=None, description=None):
         """Close the connection, with an error condition when it is our complaint."""
-        if self.state in (ConnectionState.CLOSE_SENT, ConnectionState.END):
+        if self._state in (ConnectionState.CLOSE_SENT, ConnectionState.END):
             return
         if self._phase is not _AMQP:
-            self.finished = True
-            self._phase = _CLOSED
+            self._finish()
             return
         if not self._open_sent:
             self._send_open()  # a close must follow an open (section 2.4.1)
         error = Error(condition, description) if condition else None
         self._write_frame(0, Close(error=error))
-        if self.state is ConnectionState.CLOSE_RCVD:
-            self.state = ConnectionState.END
-            self.finished = True
-            self._phase = _CLOSED
-        else:
-            self.state = ConnectionState.CLOSE_SENT
+        self._move(S_CLOSE)
+        if self._state is ConnectionState.END:
+            self._finish()
+
+    def abort(self, condition=None, description=None):
+        """Close the connection (with C{condition} and C{description}, when it is our
+        complaint) and be finished with it: the peer's answer is not awaited, and the
+        adapter drops the transport once it has written the close."""
+        self.close(condition, description)
+        self._finish()
 
     def begin_session(self):
         """Start a session of ours; returns it (its begin is sent)."""
@@ -472,7 +506,7 @@ class Connection:
                 self._backlog.extend(self._reader.feed(data))
             self._process_frames(events)
             return
-        while data and not self.finished:
+        while data and not self._finished:
             if self._held is not None:
                 self._held += data
                 return
@@ -498,14 +532,14 @@ class Connection:
         """Process waiting frames, in order, until the frame budget is spent."""
         backlog = self._backlog
         budget = self.frame_budget
-        while backlog and not self.finished:
+        while backlog and not self._finished:
             ftype, channel, body = backlog.popleft()
             self._on_amqp_frame(ftype, channel, body, events)
             if budget is not None:
                 budget -= _FRAME_COST.get(body[2], 1) if len(body) > 2 else 1
                 if budget <= 0:
                     break
-        if self.finished:
+        if self._finished:
             backlog.clear()
 
     def _read_header(self, data):
@@ -554,12 +588,11 @@ class Connection:
                 frame_type=SASL_FRAME)
             self._phase = _SASL
         elif header == AMQP_HEADER and self.authenticated is not None:
-            self._write(AMQP_HEADER)
-            self.state = ConnectionState.HDR_EXCH
-            self._phase = _AMQP
+            self._move(R_HDR)
+            self._send_amqp_header()
         elif header == AMQP_HEADER and self.allow_no_sasl:
             self.authenticated = "NONE"
-            self.state = ConnectionState.HDR_RCVD
+            self._move(R_HDR)
             self._held = bytearray()
             events.append(AuthenticationRequested("NONE", None, None, None))
         else:
@@ -597,12 +630,11 @@ class Connection:
             ok = performative.code == SASL_OK
             events.append(SaslCompleted(ok, performative.code))
             if not ok:
-                self.finished = True
-                self._phase = _CLOSED
+                self._finish()
                 return
             self._phase = _HEADER
             self._write(AMQP_HEADER)
-            self.state = ConnectionState.HDR_SENT
+            self._move(S_HDR)
             self.open()
         else:
             raise _Unrecoverable(f"unexpected SASL frame {type(performative).__name__}")
@@ -641,7 +673,7 @@ class Connection:
             raise FramingError(f"frame type {ftype:#x} is not valid after SASL")
         if not body:
             return  # an empty frame: a heart-beat (section 2.4.5)
-        if self.state is ConnectionState.CLOSE_SENT and self.error is not None:
+        if self._state is ConnectionState.CLOSE_SENT and self.error is not None:
             return  # we are discarding input until the peer's close (section 2.4.3)
         if len(body) > 3 and body[0] == 0x00 and body[1] == 0x53:
             code = body[2]
@@ -657,7 +689,11 @@ class Connection:
             performative = from_described(value)
             if type(performative) not in _HANDLERS:
                 raise FramingError(f"{type(performative).__name__} is not a performative")
-        _HANDLERS[type(performative)](self, channel, performative, body[end:], events)
+        try:
+            handler = self._accepts[type(performative)]
+        except KeyError:   # not in this state: _refuse_frame names the error
+            handler = _refuse_frame
+        handler(self, channel, performative, body[end:], events)
 
     def _decode(self, body):
         value, end = codec.decode(body, 0)
@@ -668,8 +704,6 @@ class Connection:
     # -- performatives -----------------------------------------------------------------------
 
     def _on_open(self, channel, open_, payload, events):
-        if self.state not in (ConnectionState.HDR_EXCH, ConnectionState.OPEN_SENT):
-            raise AmqpRemoteError("open received twice", c.ILLEGAL_STATE)
         if open_.container_id is None:
             raise AmqpRemoteError("open lacks the mandatory container-id", c.INVALID_FIELD)
         self.remote_open = open_
@@ -682,30 +716,18 @@ class Connection:
             self._channels.limit = open_.channel_max
         if open_.idle_time_out:
             self.remote_idle_timeout = open_.idle_time_out / 1000.0
-        self.state = (ConnectionState.OPENED if self.state is ConnectionState.OPEN_SENT
-                      else ConnectionState.OPEN_RCVD)
+        self._move(R_OPEN)
         events.append(ConnectionOpened(open_))
 
     def _on_close(self, channel, close, payload, events):
         events.append(ConnectionClosed(close.error))
-        if self.state is ConnectionState.CLOSE_SENT:
-            self.state = ConnectionState.END
-            self.finished = True
-            self._phase = _CLOSED
+        self._move(R_CLOSE)
+        if self._state is ConnectionState.END:
+            self._finish()
         else:
-            self.state = ConnectionState.CLOSE_RCVD
             self.close()
 
-    def _require_open(self):
-        # OPEN_RCVD counts: a peer may pipeline begin/attach behind its open before it
-        # has seen ours (section 2.4.1); the glue answers the open first, in event order.
-        if self.state not in (ConnectionState.OPENED, ConnectionState.OPEN_RCVD,
-                              ConnectionState.CLOSE_SENT):
-            raise AmqpRemoteError("frame received before the connection was open",
-                                  c.ILLEGAL_STATE)
-
     def _on_begin(self, channel, begin, payload, events):
-        self._require_open()
         if begin.remote_channel is not None:
             session = self._sessions.get(begin.remote_channel)
             if session is None or session.state is not SessionState.BEGIN_SENT:
@@ -784,20 +806,19 @@ class Connection:
         self.error = error
         self._drop_input()
         if isinstance(error, _Unrecoverable) or self._phase is not _AMQP:
-            self.finished = True
-            self._phase = _CLOSED
+            self._finish()
             return
-        if self.state not in (ConnectionState.CLOSE_SENT, ConnectionState.END):
-            self.close(error.condition, error.description)
-        self.finished = True
-        self._phase = _CLOSED
+        self.abort(error.condition, error.description)
 
     def _refuse_open(self, condition, description):
-        self.state = ConnectionState.HDR_EXCH
         self.error = AmqpRemoteError(description, condition)
-        self.close(condition, description)
-        self.finished = True
-        self._phase = _CLOSED
+        self.abort(condition, description)
+
+    def _send_amqp_header(self):
+        """Server: answer the peer's AMQP header (the SASL exchange, if any, is over)."""
+        self._write(AMQP_HEADER)
+        self._move(S_HDR)
+        self._phase = _AMQP
 
     def _drop_input(self):
         """Nothing more will be read: let go of what was held of the peer's input (frames
@@ -862,8 +883,7 @@ class Connection:
         self._sasl_buf = bytearray()
         if self.authenticated == "NONE":
             # No SASL: the peer waits for our AMQP header; an open and a close follow.
-            self._write(AMQP_HEADER)
-            self._phase = _AMQP
+            self._send_amqp_header()
             self._refuse_open(c.RESOURCE_LIMIT_EXCEEDED, description)
             return
         if self._phase is _SASL:
@@ -871,8 +891,8 @@ class Connection:
             self._write_frame(0, SaslOutcome(code=SASL_SYS,
                                              additional_data=description.encode()),
                               frame_type=SASL_FRAME)
-        self.finished = True
-        self._phase = _CLOSED
+        self._finish()
+
     # -- client side -------------------------------------------------------------------------
 
     def _start_client(self):
@@ -881,7 +901,7 @@ class Connection:
             self._expect_sasl_header = True
         else:
             self._write(AMQP_HEADER)
-            self.state = ConnectionState.HDR_SENT
+            self._move(S_HDR)
             self.open()
 
     def _client_header(self, header, events):
@@ -889,8 +909,7 @@ class Connection:
             self._expect_sasl_header = False
             self._phase = _SASL
         elif header == AMQP_HEADER and not self._expect_sasl_header:
-            self.state = (ConnectionState.OPEN_SENT if self.state is ConnectionState.OPEN_SENT
-                          else ConnectionState.HDR_EXCH)
+            self._move(R_HDR)
             self._phase = _AMQP
         else:
             raise _Unrecoverable(f"the server answered with header {bytes(header)!r}")
@@ -920,4 +939,73 @@ _HANDLERS = {
     End: Connection._on_end, Attach: Connection._on_attach, Detach: Connection._on_detach,
     Flow: Connection._on_flow, Transfer: Connection._on_transfer,
     Disposition: Connection._on_disposition,
+}
+
+
+def next_state(state, step):
+    """The state the connection reaches from C{state} by C{step} (C{S_OPEN}, ...).
+
+    @raise IllegalTransition: section 2.4.6 (as C{_TRANSITIONS} keeps it) has no such
+        step from C{state}.
+    """
+    following = _TRANSITIONS.get((state, step))
+    if following is None:
+        raise IllegalTransition(f"the connection cannot take '{step}' in state {state.name}")
+    return following
+
+
+def _refuse_frame(connection, channel, performative, payload, events):
+    """A performative the connection's state does not accept: name the error."""
+    state = connection._state
+    name = type(performative).__name__.lower()
+    if state in (ConnectionState.CLOSE_RCVD, ConnectionState.END):
+        # Section 2.4.3: a close is the last frame a peer sends.
+        raise AmqpRemoteError(f"{name} received after the close", c.FRAMING_ERROR)
+    if isinstance(performative, Open):
+        raise AmqpRemoteError("open received twice", c.ILLEGAL_STATE)
+    # OPEN_RCVD accepts these: a peer may pipeline begin and attach behind its open before
+    # it has seen ours (section 2.4.1); the glue answers the open first, in event order.
+    raise AmqpRemoteError(f"{name} received before the connection was open",
+                          c.ILLEGAL_STATE)
+
+
+_S = ConnectionState
+
+# The connection state diagram of section 2.4.6: (state, step) -> next state. Where
+# the spec has a pipelined state (OPEN_PIPE, OC_PIPE, CLOSE_PIPE) this engine keeps the
+# state it would reach once the peer's header arrives (OPEN_SENT, CLOSE_SENT): it never
+# parses a frame before that header, so the difference cannot show. DISCARDING is
+# CLOSE_SENT with C{error} set. The rows marked "tolerated" are a peer closing without
+# (or before answering) an open: we answer with an open and a close, as the peer can read.
+_TRANSITIONS = {
+    (_S.START, S_HDR): _S.HDR_SENT,
+    (_S.START, R_HDR): _S.HDR_RCVD,
+    (_S.HDR_RCVD, S_HDR): _S.HDR_EXCH,
+    (_S.HDR_SENT, R_HDR): _S.HDR_EXCH,
+    (_S.HDR_SENT, S_OPEN): _S.OPEN_SENT,          # the spec's OPEN_PIPE
+    (_S.HDR_EXCH, S_OPEN): _S.OPEN_SENT,
+    (_S.HDR_EXCH, R_OPEN): _S.OPEN_RCVD,
+    (_S.HDR_EXCH, R_CLOSE): _S.CLOSE_RCVD,        # tolerated
+    (_S.OPEN_SENT, R_HDR): _S.OPEN_SENT,          # OPEN_PIPE -> OPEN_SENT
+    (_S.OPEN_SENT, R_OPEN): _S.OPENED,
+    (_S.OPEN_SENT, S_CLOSE): _S.CLOSE_SENT,       # the spec's CLOSE_PIPE
+    (_S.OPEN_SENT, R_CLOSE): _S.CLOSE_RCVD,       # tolerated
+    (_S.OPEN_RCVD, S_OPEN): _S.OPENED,
+    (_S.OPEN_RCVD, R_CLOSE): _S.CLOSE_RCVD,       # tolerated
+    (_S.OPENED, S_CLOSE): _S.CLOSE_SENT,
+    (_S.OPENED, R_CLOSE): _S.CLOSE_RCVD,
+    (_S.CLOSE_RCVD, S_OPEN): _S.CLOSE_RCVD,       # tolerated: our open carries the close
+    (_S.CLOSE_RCVD, S_CLOSE): _S.END,
+    (_S.CLOSE_SENT, R_CLOSE): _S.END,
+}
+
+# The performatives each state accepts, with their handlers; anything else goes to
+# _refuse_frame. Before the open only an open or a close; after the close nothing.
+_OPENING = {Open: Connection._on_open, Close: Connection._on_close}
+_OPEN = {k: v for k, v in _HANDLERS.items() if k is not Open}
+_ACCEPTS = {
+    _S.START: {}, _S.HDR_RCVD: {}, _S.HDR_SENT: {},
+    _S.HDR_EXCH: _OPENING, _S.OPEN_SENT: _OPENING,
+    _S.OPEN_RCVD: _OPEN, _S.OPENED: _OPEN, _S.CLOSE_SENT: _OPEN,
+    _S.CLOSE_RCVD: {}, _S.END: {},
 }

@@ -161,9 +161,8 @@ class AmqpBrokerSession(BrokerSession):
             # (S10.4): log it, and close this connection with a condition that says so.
             self.log.failure("internal error handling a frame from {peer}", peer=self.peer)
             if not self.engine.finished:
-                self.engine.close(c.INTERNAL_ERROR,
+                self.engine.abort(c.INTERNAL_ERROR,
                                   "the broker failed to process a frame; see its log")
-                self.engine.finished = True
 
     # -- connection ----------------------------------------------------------------------
 
@@ -207,16 +206,14 @@ class AmqpBrokerSession(BrokerSession):
         self.container_id = event.open.container_id
         if self._unauthorized is not None:
             self.engine.open()
-            self.engine.close(c.UNAUTHORIZED_ACCESS, self._unauthorized)
-            self.engine.finished = True
+            self.engine.abort(c.UNAUTHORIZED_ACCESS, self._unauthorized)
             return
         refused = (self._refused_before_login
                    or self.register_client(self.container_id, "amqp", self.config.service))
         if refused is not None:
             self.log.info("refused {peer}: {why}", peer=self.peer, why=refused)
             self.engine.open()
-            self.engine.close(c.RESOURCE_LIMIT_EXCEEDED, refused)
-            self.engine.finished = True
+            self.engine.abort(c.RESOURCE_LIMIT_EXCEEDED, refused)
             return
         self.engine.offered_capabilities = (ANONYMOUS_RELAY,)
         self.engine.properties = {Symbol("product"): "mqgate",
@@ -241,8 +238,7 @@ class AmqpBrokerSession(BrokerSession):
     def disconnect(self, reason):
         """Close the connection with C{reason} (S9.6: a slow subscriber let go)."""
         if not self.engine.finished:
-            self.engine.close(c.RESOURCE_LIMIT_EXCEEDED, reason)
-            self.engine.finished = True
+            self.engine.abort(c.RESOURCE_LIMIT_EXCEEDED, reason)
             self.request_flush()
 
     def _ingress_refused(self, event):

@@ -106,8 +106,7 @@ class AmqpServerFactory(EngineFactory):
                     else SASL_SYS_TEMP)
             engine.end_login(code, description, condition)
             return
-        engine.close(condition, description)
-        engine.finished = True
+        engine.abort(condition, description)
 
     def wave_through(self, engine):
         """A refused client's SASL succeeds unchecked; it is closed at its open."""
