@@ -43,7 +43,7 @@ from mqgate.stomp.errors import FrameError, MessageTooBig
 
 __all__ = [
     "Frame", "FrameParser", "FrameLimits", "Heartbeat", "HEARTBEAT", "DEFAULT_LIMITS",
-    "serialize", "encode_frame", "VERSIONS",
+    "serialize", "encode_frame", "VERSIONS", "HeaderBlock", "MessageTemplate",
 ]
 
 #: The versions this module knows, oldest first.
@@ -197,6 +197,87 @@ def encode_frame(command, headers, body=b"", version="1.2"):
         append(f"content-length:{len(body)}")
     append("\n")
     return b"".join(("\n".join(lines).encode("utf-8"), body, b"\x00"))
+
+
+# The headers a MESSAGE frame sets itself; the same names among a message's own headers
+# are left out (content-length is always computed from the body).
+MESSAGE_OWN_HEADERS = frozenset(
+    ("destination", "message-id", "subscription", "ack", "content-length"))
+
+
+def _header_lines(headers, escape, skip):
+    """C{name:value} lines, each ending with LF, for the pairs whose name is not in
+    C{skip}, escaped with C{escape}; values that are not strings go through C{str}."""
+    lines = []
+    append = lines.append
+    for name, value in headers:
+        if name in skip:
+            continue
+        if type(value) is not str:
+            value = str(value)
+        append(f"{escape(name)}:{escape(value)}\n")
+    return "".join(lines).encode("utf-8")
+
+
+class HeaderBlock:
+    """A message's own headers, for the MESSAGE frames of every subscriber: escaped and
+    encoded once per STOMP version, however many frames carry them (fan-out,
+    redelivery).
+
+    @ivar pairs: the C{(name, value)} pairs, in order.
+    """
+
+    __slots__ = ("pairs", "_encoded")
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+        self._encoded = {}   # version -> bytes
+
+    def encoded(self, version):
+        """The header lines for C{version}, without those of L{MESSAGE_OWN_HEADERS}."""
+        data = self._encoded.get(version)
+        if data is None:
+            data = self._encoded[version] = _header_lines(
+                self.pairs, _escaper(version, "MESSAGE"), MESSAGE_OWN_HEADERS)
+        return data
+
+
+class MessageTemplate:
+    """The parts of one subscription's MESSAGE frames that are the same in every frame
+    (command, subscription, destination), escaped and encoded once.
+
+    A frame is rendered as C{encode_frame} would write it: subscription, message-id,
+    destination, ack (1.2, when C{ack_id} is given), the message's headers, the
+    C{extra} pairs, content-length (non-empty body), the body and the NUL.
+    """
+
+    __slots__ = ("version", "_escape", "_head", "_destination")
+
+    def __init__(self, subscription, destination, version):
+        self.version = version
+        escape = self._escape = _escaper(version, "MESSAGE")
+        self._head = f"MESSAGE\nsubscription:{escape(str(subscription))}\nmessage-id:".encode()
+        self._destination = f"\ndestination:{escape(str(destination))}\n".encode()
+
+    def render(self, message_id, headers, body, ack_id=None, extra=()):
+        """The frame's bytes. C{headers}: a L{HeaderBlock} or C{(name, value)} pairs."""
+        escape = self._escape
+        parts = [self._head, escape(str(message_id)).encode("utf-8"), self._destination]
+        if ack_id is not None and self.version == "1.2":
+            parts.append(f"ack:{escape(str(ack_id))}\n".encode("utf-8"))
+        if type(headers) is HeaderBlock:
+            parts.append(headers.encoded(self.version))
+        elif headers:
+            parts.append(_header_lines(headers, escape, MESSAGE_OWN_HEADERS))
+        if extra:
+            parts.append(_header_lines(extra, escape, MESSAGE_OWN_HEADERS))
+        if body:
+            parts.append(b"content-length:%d\n\n" % len(body))
+            parts.append(body)
+            parts.append(b"\x00")
+        else:
+            parts.append(b"\n\x00")
+        return b"".join(parts)
 
 
 def serialize(frame, version):
