@@ -289,6 +289,8 @@ def serialize(frame, version):
 
 _COMMAND, _HEADERS, _BODY = "COMMAND", "HEADERS", "BODY"
 _CR, _NUL = 13, b"\x00"
+# How far past a command line L{FrameParser._header_block} looks for the blank line.
+_BLOCK_WINDOW = 8192
 
 
 class FrameParser:
@@ -370,7 +372,9 @@ class FrameParser:
                     end = self._body_end(buf, pos)
                     if end < 0:
                         break
-                    self._emit(bytes(buf[pos:end]), out)
+                    with memoryview(buf) as view:   # one copy of the body, not two
+                        body = bytes(view[pos:end])
+                    self._emit(body, out)
                     pos = end + 1
                     continue
                 nl = buf.find(b"\n", max(pos, self._scan))
@@ -383,12 +387,53 @@ class FrameParser:
                 pos = nl + 1
                 if self._state is _COMMAND:
                     self._on_command_line(line, out)
+                    if self._state is _HEADERS:
+                        pos = self._header_block(buf, pos)
                 else:
                     self._on_header_line(line)
         finally:
             if pos:
                 del buf[:pos]
                 self._scan = max(0, self._scan - pos)
+
+    def _header_block(self, buf, pos):
+        """Read all of a frame's header lines at once when its blank line is buffered
+        (the common case: a client writes a frame in one piece); return where the body
+        starts, or C{pos} to leave them to the line-by-line path, which also reports any
+        error in them (so both paths raise the same errors in the same order).
+
+        The blank line is only looked for in the next L{_BLOCK_WINDOW} octets, so a
+        stream of frames never makes us search far past the frame at hand.
+        """
+        window = pos - 1 + _BLOCK_WINDOW    # from the command line's LF
+        blank = buf.find(b"\n\n", pos - 1, window)
+        crlf = buf.find(b"\n\r\n", pos - 1, window if blank < 0 else blank + 1)
+        if crlf >= 0:
+            end, start = crlf, crlf + 3
+        elif blank >= 0:
+            end, start = blank, blank + 2
+        else:
+            return pos
+        if end < pos:             # no headers at all
+            self._headers = []
+            self._start_body()
+            return start
+        block = bytes(buf[pos:end])
+        if not block.isascii() or (self._unescape is not None and b"\\" in block):
+            return pos            # escapes or UTF-8: the line path decodes them
+        lines = block.decode("ascii").split("\n")
+        if b"\r" in block:
+            lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+        limits = self.limits
+        if len(lines) > limits.max_headers or max(map(len, lines)) > limits.max_header_line:
+            return pos
+        parts = [line.partition(":") for line in lines]
+        for _name, colon, _value in parts:
+            if not colon:
+                return pos
+        self._headers = [(name, value) for name, _colon, value in parts]
+        self._start_body()
+        return start
 
     def _check_partial_line(self, size):
         # An unfinished line may still end with the CR of its EOL: allow one octet more.
