@@ -399,8 +399,20 @@ class StompConnection:
         return (int(cx), int(cy))
 
     def _on_send(self, frame, events):
-        events.append(Send(self._require(frame, "destination"), frame.headers, frame.body,
-                           frame.get("transaction"), frame.get("receipt")))
+        # The hot path: the three headers the engine needs in one pass, first one wins.
+        destination = transaction = receipt = None
+        for name, value in frame.headers:
+            if name == "destination":
+                if destination is None:
+                    destination = value
+            elif name == "receipt":
+                if receipt is None:
+                    receipt = value
+            elif name == "transaction" and transaction is None:
+                transaction = value
+        if not destination:
+            self._require(frame, "destination")   # raises, naming it
+        events.append(Send(destination, frame.headers, frame.body, transaction, receipt))
 
     def _on_subscribe(self, frame, events):
         destination = self._require(frame, "destination")
