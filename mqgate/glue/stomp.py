@@ -43,6 +43,7 @@ from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
 )
+from mqgate.stomp.frames import HeaderBlock
 
 __all__ = ["StompBrokerSession", "StompGlueConfig"]
 
@@ -115,7 +116,7 @@ class _Subscription:
     connection's egress key (S9.1)."""
 
     __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session",
-                 "queued", "unbounded")
+                 "queued", "unbounded", "template")
 
     def __init__(self, session, sub_id, destination, ack, prefetch):
         self.session = session
@@ -127,6 +128,8 @@ class _Subscription:
         self.unacked = collections.OrderedDict()   # ack id -> core delivery
         self.queued = 0          # deliveries waiting in the egress queues
         self.unbounded = False   # ack:auto on a non-durable topic subscription
+        # The fixed part of every MESSAGE frame of this subscription, encoded once.
+        self.template = session.engine.message_template(sub_id, destination)
 
     def deliver(self, delivery):
         """The core's target: file the delivery in the egress queues."""
@@ -173,8 +176,9 @@ class _Subscription:
             rendered = message.rendered
             if rendered is None:
                 # Once per message, however many subscribers it fans out to.
-                rendered = message.rendered = message_to_headers(
+                headers, body = message_to_headers(
                     message.payload, limits=self.session.config.render_limits)
+                rendered = message.rendered = (HeaderBlock(headers), body)
             return self._put(delivery, discarded, ack_id, *rendered)
         except Exception:
             self._failed(message, "sending it with its headers and body left out")
@@ -185,15 +189,16 @@ class _Subscription:
             return None
 
     def _put(self, delivery, discarded, ack_id, headers, body):
+        extra = ()
         if delivery.delivery_count or discarded:
-            headers = list(headers)
+            extra = []
             if delivery.delivery_count:
-                headers.append(REDELIVERED)
+                extra.append(REDELIVERED)
             if discarded:
-                headers.append(_DISCARDED)
-        return self.session.engine.message(
-            self.id, self.destination, ack_id, headers, body,
-            ack_id=ack_id if self.ack != "auto" else None)
+                extra.append(_DISCARDED)
+        return self.session.engine.write_message(
+            self.template, ack_id, headers, body,
+            ack_id=ack_id if self.ack != "auto" else None, extra=extra)
 
     def _failed(self, message, outcome):
         session = self.session

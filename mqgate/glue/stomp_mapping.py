@@ -345,7 +345,12 @@ def _body(encoded, headers):
             return b"", None, None
         kind = sections[0][0]
         if kind == DATA:
-            return b"".join(_binary_of(encoded.data, s) for s in sections), None, None
+            # A view of the message's bytes: the body of one section is not copied
+            # here, only once into the MESSAGE frame.
+            data = memoryview(encoded.data)
+            if len(sections) == 1:
+                return _binary_of(data, sections[0]), None, None
+            return b"".join(_binary_of(data, s) for s in sections), None, None
         if kind == AMQP_VALUE:
             return _value_body(encoded.data, sections[0], headers.limits)
         return _json_body(encoded.data, sections, "[", "]", headers.limits), \
@@ -544,7 +549,8 @@ def message_to_headers(encoded, delivery_count=0, limits=DEFAULT_RENDER_LIMITS):
 
     @param encoded: an L{EncodedMessage}.
     @param limits: the L{RenderLimits}.
-    @return: C{(headers, body)}; the glue adds destination, subscription, message-id
+    @return: C{(headers, body)} (the body may be a memoryview of the message's
+        bytes); the glue adds destination, subscription, message-id
         and ack.
     """
     headers = _Headers(limits)

@@ -37,7 +37,9 @@ from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
 )
-from mqgate.stomp.frames import DEFAULT_LIMITS, HEARTBEAT, VERSIONS, FrameParser, encode_frame
+from mqgate.stomp.frames import (
+    DEFAULT_LIMITS, HEARTBEAT, VERSIONS, FrameParser, MessageTemplate, encode_frame,
+)
 
 __all__ = ["StompConnection", "StompState", "ACK_MODES"]
 
@@ -66,8 +68,6 @@ _FIRST_COMMANDS = frozenset(("CONNECT", "STOMP"))
 
 # MESSAGE headers the engine writes itself; copies in the glue's headers are dropped so
 # that the first (ours) is the only one.
-_MESSAGE_OWN_HEADERS = frozenset(
-    ("destination", "message-id", "subscription", "ack", "content-length"))
 
 
 class StompState(enum.Enum):
@@ -251,10 +251,24 @@ class StompConnection:
         self._write_error(message, detail)
         self._finish()
 
-    def message(self, subscription, destination, message_id, headers, body, ack_id=None):
-        """Write a MESSAGE frame.
+    def message_template(self, subscription, destination):
+        """The L{MessageTemplate} of a subscription's MESSAGE frames, for L{write_message}
+        (built once per subscription: its fixed headers are escaped for the agreed
+        version once, not per message)."""
+        return MessageTemplate(subscription, destination, self.version)
 
-        @param headers: further C{(name, value)} pairs (the message's own headers).
+    def message(self, subscription, destination, message_id, headers, body, ack_id=None):
+        """Write a MESSAGE frame (L{write_message} with a template made for it)."""
+        return self.write_message(self.message_template(subscription, destination),
+                                  message_id, headers, body, ack_id)
+
+    def write_message(self, template, message_id, headers, body, ack_id=None, extra=()):
+        """Write a MESSAGE frame from a subscription's L{MessageTemplate}.
+
+        @param headers: further C{(name, value)} pairs (the message's own headers), or a
+            L{HeaderBlock} of them; C{extra}: pairs written after them. Names the frame
+            sets itself (destination, message-id, subscription, ack, content-length) are
+            left out.
         @param ack_id: the C{ack} header (1.2, for client and client-individual
             subscriptions); the client names the message by it in ACK/NACK. In 1.0/1.1
             the client uses C{message_id} instead and C{ack_id} is not sent.
@@ -263,12 +277,7 @@ class StompConnection:
         """
         if self.state is not _S.CONNECTED:
             return False
-        own = [("subscription", subscription), ("message-id", message_id),
-               ("destination", destination)]
-        if ack_id is not None and self.version == "1.2":
-            own.append(("ack", ack_id))
-        own.extend(h for h in headers if h[0] not in _MESSAGE_OWN_HEADERS)
-        self._write(encode_frame("MESSAGE", own, body, self.version))
+        self._write(template.render(message_id, headers, body, ack_id, extra))
         return True
 
     def receipt(self, receipt_id):
@@ -390,8 +399,20 @@ class StompConnection:
         return (int(cx), int(cy))
 
     def _on_send(self, frame, events):
-        events.append(Send(self._require(frame, "destination"), frame.headers, frame.body,
-                           frame.get("transaction"), frame.get("receipt")))
+        # The hot path: the three headers the engine needs in one pass, first one wins.
+        destination = transaction = receipt = None
+        for name, value in frame.headers:
+            if name == "destination":
+                if destination is None:
+                    destination = value
+            elif name == "receipt":
+                if receipt is None:
+                    receipt = value
+            elif name == "transaction" and transaction is None:
+                transaction = value
+        if not destination:
+            self._require(frame, "destination")   # raises, naming it
+        events.append(Send(destination, frame.headers, frame.body, transaction, receipt))
 
     def _on_subscribe(self, frame, events):
         destination = self._require(frame, "destination")

@@ -43,7 +43,7 @@ from mqgate.stomp.errors import FrameError, MessageTooBig
 
 __all__ = [
     "Frame", "FrameParser", "FrameLimits", "Heartbeat", "HEARTBEAT", "DEFAULT_LIMITS",
-    "serialize", "encode_frame", "VERSIONS",
+    "serialize", "encode_frame", "VERSIONS", "HeaderBlock", "MessageTemplate",
 ]
 
 #: The versions this module knows, oldest first.
@@ -199,6 +199,87 @@ def encode_frame(command, headers, body=b"", version="1.2"):
     return b"".join(("\n".join(lines).encode("utf-8"), body, b"\x00"))
 
 
+# The headers a MESSAGE frame sets itself; the same names among a message's own headers
+# are left out (content-length is always computed from the body).
+MESSAGE_OWN_HEADERS = frozenset(
+    ("destination", "message-id", "subscription", "ack", "content-length"))
+
+
+def _header_lines(headers, escape, skip):
+    """C{name:value} lines, each ending with LF, for the pairs whose name is not in
+    C{skip}, escaped with C{escape}; values that are not strings go through C{str}."""
+    lines = []
+    append = lines.append
+    for name, value in headers:
+        if name in skip:
+            continue
+        if type(value) is not str:
+            value = str(value)
+        append(f"{escape(name)}:{escape(value)}\n")
+    return "".join(lines).encode("utf-8")
+
+
+class HeaderBlock:
+    """A message's own headers, for the MESSAGE frames of every subscriber: escaped and
+    encoded once per STOMP version, however many frames carry them (fan-out,
+    redelivery).
+
+    @ivar pairs: the C{(name, value)} pairs, in order.
+    """
+
+    __slots__ = ("pairs", "_encoded")
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+        self._encoded = {}   # version -> bytes
+
+    def encoded(self, version):
+        """The header lines for C{version}, without those of L{MESSAGE_OWN_HEADERS}."""
+        data = self._encoded.get(version)
+        if data is None:
+            data = self._encoded[version] = _header_lines(
+                self.pairs, _escaper(version, "MESSAGE"), MESSAGE_OWN_HEADERS)
+        return data
+
+
+class MessageTemplate:
+    """The parts of one subscription's MESSAGE frames that are the same in every frame
+    (command, subscription, destination), escaped and encoded once.
+
+    A frame is rendered as C{encode_frame} would write it: subscription, message-id,
+    destination, ack (1.2, when C{ack_id} is given), the message's headers, the
+    C{extra} pairs, content-length (non-empty body), the body and the NUL.
+    """
+
+    __slots__ = ("version", "_escape", "_head", "_destination")
+
+    def __init__(self, subscription, destination, version):
+        self.version = version
+        escape = self._escape = _escaper(version, "MESSAGE")
+        self._head = f"MESSAGE\nsubscription:{escape(str(subscription))}\nmessage-id:".encode()
+        self._destination = f"\ndestination:{escape(str(destination))}\n".encode()
+
+    def render(self, message_id, headers, body, ack_id=None, extra=()):
+        """The frame's bytes. C{headers}: a L{HeaderBlock} or C{(name, value)} pairs."""
+        escape = self._escape
+        parts = [self._head, escape(str(message_id)).encode("utf-8"), self._destination]
+        if ack_id is not None and self.version == "1.2":
+            parts.append(f"ack:{escape(str(ack_id))}\n".encode("utf-8"))
+        if type(headers) is HeaderBlock:
+            parts.append(headers.encoded(self.version))
+        elif headers:
+            parts.append(_header_lines(headers, escape, MESSAGE_OWN_HEADERS))
+        if extra:
+            parts.append(_header_lines(extra, escape, MESSAGE_OWN_HEADERS))
+        if body:
+            parts.append(b"content-length:%d\n\n" % len(body))
+            parts.append(body)
+            parts.append(b"\x00")
+        else:
+            parts.append(b"\n\x00")
+        return b"".join(parts)
+
+
 def serialize(frame, version):
     """Serialize a L{Frame} for C{version} (see L{encode_frame})."""
     return encode_frame(frame.command, frame.headers, frame.body, version)
@@ -208,6 +289,8 @@ def serialize(frame, version):
 
 _COMMAND, _HEADERS, _BODY = "COMMAND", "HEADERS", "BODY"
 _CR, _NUL = 13, b"\x00"
+# How far past a command line L{FrameParser._header_block} looks for the blank line.
+_BLOCK_WINDOW = 8192
 
 
 class FrameParser:
@@ -289,7 +372,9 @@ class FrameParser:
                     end = self._body_end(buf, pos)
                     if end < 0:
                         break
-                    self._emit(bytes(buf[pos:end]), out)
+                    with memoryview(buf) as view:   # one copy of the body, not two
+                        body = bytes(view[pos:end])
+                    self._emit(body, out)
                     pos = end + 1
                     continue
                 nl = buf.find(b"\n", max(pos, self._scan))
@@ -302,12 +387,53 @@ class FrameParser:
                 pos = nl + 1
                 if self._state is _COMMAND:
                     self._on_command_line(line, out)
+                    if self._state is _HEADERS:
+                        pos = self._header_block(buf, pos)
                 else:
                     self._on_header_line(line)
         finally:
             if pos:
                 del buf[:pos]
                 self._scan = max(0, self._scan - pos)
+
+    def _header_block(self, buf, pos):
+        """Read all of a frame's header lines at once when its blank line is buffered
+        (the common case: a client writes a frame in one piece); return where the body
+        starts, or C{pos} to leave them to the line-by-line path, which also reports any
+        error in them (so both paths raise the same errors in the same order).
+
+        The blank line is only looked for in the next L{_BLOCK_WINDOW} octets, so a
+        stream of frames never makes us search far past the frame at hand.
+        """
+        window = pos - 1 + _BLOCK_WINDOW    # from the command line's LF
+        blank = buf.find(b"\n\n", pos - 1, window)
+        crlf = buf.find(b"\n\r\n", pos - 1, window if blank < 0 else blank + 1)
+        if crlf >= 0:
+            end, start = crlf, crlf + 3
+        elif blank >= 0:
+            end, start = blank, blank + 2
+        else:
+            return pos
+        if end < pos:             # no headers at all
+            self._headers = []
+            self._start_body()
+            return start
+        block = bytes(buf[pos:end])
+        if not block.isascii() or (self._unescape is not None and b"\\" in block):
+            return pos            # escapes or UTF-8: the line path decodes them
+        lines = block.decode("ascii").split("\n")
+        if b"\r" in block:
+            lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+        limits = self.limits
+        if len(lines) > limits.max_headers or max(map(len, lines)) > limits.max_header_line:
+            return pos
+        parts = [line.partition(":") for line in lines]
+        for _name, colon, _value in parts:
+            if not colon:
+                return pos
+        self._headers = [(name, value) for name, _colon, value in parts]
+        self._start_body()
+        return start
 
     def _check_partial_line(self, size):
         # An unfinished line may still end with the CR of its EOL: allow one octet more.

@@ -5,7 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from mqgate.stomp.errors import FrameError, MessageTooBig
 from mqgate.stomp.frames import (
-    HEARTBEAT, Frame, FrameLimits, FrameParser, encode_frame, serialize,
+    HEARTBEAT, Frame, FrameLimits, FrameParser, HeaderBlock, MessageTemplate, encode_frame,
+    serialize,
 )
 
 PROPS = settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -388,3 +389,80 @@ def test_send_limit_by_class(persistent, size, refused):
             assert caught.value.guaranteed == (persistent == b"persistent:true\n")
         else:
             assert len(FrameParser("1.2", limits).feed(raw)[0].body) == size
+
+
+# -- the header block in one pass (issue 17: one pass over the headers) ---------------------
+
+def outcome(feeds, version, limits):
+    """The frames, or the error, of feeding the pieces in C{feeds} one after the other."""
+    parser = FrameParser(version, limits)
+    items = []
+    try:
+        for piece in feeds:
+            items += parser.feed(piece)
+    except FrameError as error:
+        return ("error", error.message, str(error))
+    if parser.error is not None:
+        return ("error", parser.error.message, str(parser.error), frames_only(items))
+    return frames_only(items)
+
+
+# Header lines mixing what the one-pass reader handles (ASCII, CR LF) with what it hands
+# to the line-by-line reader (escapes, UTF-8, no colon, too long, too many).
+HEADER_LINE = st.one_of(
+    st.sampled_from([b"a:b", b"k:v:w", b"x:", b":y", b"persistent:true", b"h:v\r",
+                     b"e:a\\cb", b"e:\\q", b"u:\xc3\xa9", b"bad:\xff", b"nocolon",
+                     b"long:" + b"v" * 60, b"content-length:3", b"content-length:x"]),
+    st.binary(max_size=8).filter(lambda b: b"\n" not in b))
+
+
+@PROPS
+@given(version=st.sampled_from(["1.0", "1.1", "1.2"]),
+       lines=st.lists(HEADER_LINE, max_size=7),
+       eol=st.sampled_from([b"\n", b"\r\n"]))
+def test_whole_and_byte_at_a_time_agree_on_any_header_block(version, lines, eol):
+    """S10.2, S10.4: a frame given whole (its headers read in one pass) and given one
+    octet at a time (line by line) give the same frame or the same error."""
+    data = b"SEND" + eol + b"".join(line + eol for line in lines) + eol + b"abc\x00"
+    data += b"SEND\ndestination:/q/2\n\n\x00"
+    whole = outcome([data], version, SMALL)
+    assert outcome([data[i:i + 1] for i in range(len(data))], version, SMALL) == whole
+
+
+def test_header_block_longer_than_the_window_is_read_line_by_line():
+    """S10.2: headers that do not fit the one-pass window are still all read, in order."""
+    headers = [(f"h{i}", "v" * 100) for i in range(120)]
+    data = encode_frame("SEND", headers, b"body")
+    assert len(data) > 8192
+    (frame,) = parse_all(data + b"\n")[:1]
+    assert frame.headers == headers + [("content-length", "4")]
+    assert frame.body == b"body"
+
+
+def test_frame_without_headers_in_one_pass():
+    """S10.2: a frame with no header lines at all, LF or CR LF, is read whole."""
+    for data in (b"DISCONNECT\n\n\x00", b"DISCONNECT\r\n\r\n\x00"):
+        (frame,) = parse_all(data)
+        assert (frame.command, frame.headers, frame.body) == ("DISCONNECT", [], b"")
+
+
+# -- MESSAGE frames from a template ----------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("body", [b"", b"a\x00b"])
+def test_template_renders_what_encode_frame_renders(version, body):
+    """S10.2: a MESSAGE from a subscription's template and a message's HeaderBlock has
+    the same bytes as encode_frame gives, escaping and content-length included."""
+    own = [("content-type", "text/plain"), ("k", "a:b\\c\nd\re"), ("n", 7),
+           ("destination", "/x"), ("content-length", "99"), ("é", "ü")]
+    extra = [("redelivered", "true")]
+    template = MessageTemplate("s:1", "/queue/a\nb", version)
+    expected = encode_frame(
+        "MESSAGE", [("subscription", "s:1"), ("message-id", "m-1"),
+                    ("destination", "/queue/a\nb")]
+        + ([("ack", "m-1")] if version == "1.2" else [])
+        + [h for h in own if h[0] != "destination"] + extra, body, version)
+    block = HeaderBlock(own)
+    for _ in range(2):   # the second frame comes from the encoded block kept by the first
+        assert template.render("m-1", block, body, "m-1", extra) == expected
+    assert template.render("m-1", own, body, "m-1", extra) == expected
