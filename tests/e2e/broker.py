@@ -254,6 +254,12 @@ class BrokerProcess:
             self._reader.join(timeout)
         return code
 
+    def exit_output(self, timeout=STOP_TIMEOUT):
+        """Wait for the process to exit (a start-up meant to fail); return
+        C{(exit code, everything it printed)}."""
+        code = self.wait_exit(timeout)
+        return code, "".join(self.output)
+
     # -- stopping ---------------------------------------------------------------
 
     def wait_until_catching_sigterm(self, timeout=START_TIMEOUT):

@@ -31,28 +31,27 @@ GUESTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
-    """A broker on the shipped configuration: no guests anywhere."""
-    process = BrokerProcess(tmp_path_factory.mktemp("shipped"))
+def _module_broker(varhome, defines=None):
+    """A broker for the whole module, once its stomp service listens too."""
+    process = BrokerProcess(varhome, defines=defines)
     try:
         process.start()
         process.port("stomp")
         yield process
     finally:
         process.kill()
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """A broker on the shipped configuration: no guests anywhere."""
+    yield from _module_broker(tmp_path_factory.mktemp("shipped"))
 
 
 @pytest.fixture(scope="module")
 def guests(tmp_path_factory):
     """A broker whose jms and stomp services let guests in (jms refuses passwords)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("guests"), defines=GUESTS)
-    try:
-        process.start()
-        process.port("stomp")
-        yield process
-    finally:
-        process.kill()
+    yield from _module_broker(tmp_path_factory.mktemp("guests"), GUESTS)
 
 
 def round_trip(conn, body):
@@ -112,17 +111,12 @@ def test_stomp_with_a_login_still_connects(shipped):
     assert frame.command == "CONNECTED", frame
 
 
-def test_the_retired_broker_wide_switch_stops_the_start_up(tmp_path):
+def test_the_retired_broker_wide_switch_stops_the_start_up(broker_factory):
     """S4.2: mqgate.authentication.anonymous.enabled stops twistd with a message naming
     the per-service key that replaced it, not a traceback."""
-    process = BrokerProcess(tmp_path / "varhome",
-                            defines={"mqgate.authentication.anonymous.enabled": "true"})
-    try:
-        process.spawn()
-        code = process.wait_exit()
-    finally:
-        process.kill()
-    output = "".join(process.output)
+    process = broker_factory({"mqgate.authentication.anonymous.enabled": "true"},
+                             wait=False)
+    code, output = process.exit_output()
     assert code != 0, output
     assert "mqgate.authentication.anonymous.enabled" in output, output
     assert "mqgate.jms.allow_anonymous=true" in output, output

@@ -297,10 +297,9 @@ def test_client_auth_without_a_usable_ca_file_stops_the_start_up(pki, tmp_path, 
                             defines=broker_defines(pki, keystore, users, **more))
     try:
         process.spawn()
-        code = process.wait_exit()
+        code, output = process.exit_output()
     finally:
         process.kill()
-    output = "".join(process.output)
     assert code != 0, output
     assert named in output, output
     assert "Traceback" not in output, output

@@ -186,8 +186,7 @@ def test_unworkable_ldap_settings_stop_the_start(broker_factory, more, named):
     """A broker on an LDAP repository that cannot work (no base, a principal without
     its password in a password file, a bad server) exits at once naming the setting."""
     broker = broker_factory(ldap_settings("127.0.0.1:1", **more), wait=False)
-    code = broker.wait_exit()
-    output = "".join(broker.output)
+    code, output = broker.exit_output()
     assert code != 0, output
     assert named in output, output
     assert "Traceback" not in output, output

@@ -58,8 +58,7 @@ def test_sigterm_stops_cleanly(broker):
 def test_bad_config_value_fails_naming_key_and_value(broker_factory):
     """S0.4 + rule 7: a bad -D value exits non-zero with a message naming key and value."""
     broker = broker_factory({"mqgate.jms.tcp.port": "abc"}, wait=False)
-    code = broker.wait_exit()
-    output = "".join(broker.output)
+    code, output = broker.exit_output()
     assert code != 0, output
     assert "mqgate.jms.tcp.port" in output, output
     assert "abc" in output, output

@@ -275,8 +275,7 @@ def test_encrypted_key_without_its_password_stops_startup(tmp_path, brokers, pas
         write_passfile(varhome, passfile)
         defines["mqgate.passfile.enabled"] = "true"
     process = brokers(varhome, defines, wait=False)
-    code = process.wait_exit()
-    output = "".join(process.output)
+    code, output = process.exit_output()
     assert code != 0, output
     assert "mqgate.keystore.password" in output, output
     assert PASSWORD not in output and "not-the-password" not in output, output
@@ -288,8 +287,7 @@ def test_tls_service_without_key_pair_stops_startup_telling_to_run_keytool(tmp_p
     """S1.8: ssljms in the activelist without a key pair stops start-up with a message
     that says to run `mqgate keytool`."""
     process = brokers(tmp_path / "varhome", TLS_SERVICES, wait=False)
-    code = process.wait_exit()
-    output = "".join(process.output)
+    code, output = process.exit_output()
     assert code != 0, output
     assert "mqgate keytool" in output, output
     assert "mqgate.service.activelist" in output and "ssljms" in output, output
@@ -299,8 +297,7 @@ def test_tls_startup_error_is_a_message_not_a_traceback(tmp_path, brokers):
     """S1.8/design rule 7: a TLS set-up error stops twistd with the message alone
     (as a bad -D value does), not with a Python traceback of the broker's wiring."""
     process = brokers(tmp_path / "varhome", TLS_SERVICES, wait=False)
-    code = process.wait_exit()
-    output = "".join(process.output)
+    code, output = process.exit_output()
     assert code != 0, output
     assert "Traceback" not in output, output
 
