@@ -7,7 +7,6 @@ admin in group admin, guest in group anonymous; every password is the user's nam
 
 import os
 import re
-import time
 
 import pytest
 from proton import ConnectionException, Message
@@ -19,6 +18,7 @@ from tests.e2e.admin_cmd import mqgate_cmd
 from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, connect, opened, receive_all
 from tests.e2e.stomp_client import DeadlineExceeded, open_client, unique
+from tests.hostile.probe import wait_until
 
 UNAUTHORIZED = "amqp:unauthorized-access"
 V = "version=JMQFileAccessControlModel/100\n"
@@ -328,14 +328,6 @@ def test_stomp_subscribe_and_send_are_checked(acl_broker):
 # -- reloads -----------------------------------------------------------------------------
 
 
-def wait_until(predicate, what, timeout=DEFAULT_TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout} s")
-        time.sleep(0.1)
-
-
 def may_consume(broker, user, address):
     with as_user(broker, user) as conn:
         try:
@@ -352,7 +344,7 @@ def test_edited_rule_file_takes_effect_and_a_broken_one_is_refused(own_broker):
     assert may_consume(broker, "bob", "queue://edited")
     path.write_text(V + SHIPPED + "queue.edited.consume.deny.user=bob\n")
     wait_until(lambda: not may_consume(broker, "bob", "queue://edited"),
-               "bob refused after the edit")
+               DEFAULT_TIMEOUT, "bob refused after the edit", interval=0.1)
     path.write_text(V + SHIPPED + "queue.edited.consume.deny.usr=bob\n")
     match = broker.wait_for_line(r"access control file .*acl\.properties refused, "
                                  r"line (\d+): .*'usr' is neither user nor group; the "
