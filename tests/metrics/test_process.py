@@ -1,0 +1,40 @@
+"""The process's own figures (S5.1): read from the running test process."""
+
+import threading
+
+from mqgate.metrics.process import physical_memory, sample
+
+
+def test_sample_sees_memory_threads_and_files_of_this_process():
+    """A sample counts a thread and a file this test opens, and memory that is real."""
+    before = sample()
+    started, stop = threading.Event(), threading.Event()
+
+    def wait():
+        started.set()
+        stop.wait(10)
+    thread = threading.Thread(target=wait)
+    thread.start()
+    started.wait(10)
+    try:
+        with open(__file__, "rb"):
+            during = sample()
+    finally:
+        stop.set()
+        thread.join()
+    assert during.threads >= before.threads + 1
+    assert during.open_files >= before.open_files + 1
+    assert 1 << 20 < during.rss_bytes <= during.virtual_bytes
+    assert during.peak_rss_bytes >= during.rss_bytes // 2
+    assert during.max_open_files >= during.open_files
+    assert physical_memory() > during.rss_bytes
+
+
+def test_cpu_time_grows_with_work():
+    """The CPU time a sample reports grows when the process computes."""
+    before = sample()
+    total = 0
+    while sample().cpu_user_seconds + sample().cpu_system_seconds <= \
+            before.cpu_user_seconds + before.cpu_system_seconds:
+        total += sum(range(10000))
+    assert total >= 0
