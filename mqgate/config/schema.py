@@ -37,6 +37,7 @@ __all__ = [
     "KEYS", "SCHEMA", "SERVICES", "SERVICE_PORT_KEYS", "SHIPPED_OVERRIDES",
     "INSTANCE_NAME", "CANONICAL_PREFIX", "ALIAS_PREFIX", "FAMILIES",
     "canonical_key", "render_properties", "REGENERATE", "RETIRED_ANONYMOUS_KEY",
+    "LOG_OUTPUT_PATTERN",
 ]
 
 CANONICAL_PREFIX = "mqgate."
@@ -309,6 +310,13 @@ PROTOCOLS = ("amqp", "stomp")
 SERVICE_PROTOCOLS = {"stomp": "stomp", "admin": "amqp", "ssladmin": "amqp"}
 
 _PORT = Int(0, 65535)
+
+# S5.2: a log output's categories, '|'-separated; mqgate.logs.observers reads them.
+LOG_OUTPUT_PATTERN = re.compile(
+    r"(?i)\s*(?:ALL|NONE|ERROR|WARNING|INFO|DEBUG)\s*"
+    r"(?:\|\s*(?:ALL|NONE|ERROR|WARNING|INFO|DEBUG)\s*)*")
+_LOG_OUTPUT = Text(LOG_OUTPUT_PATTERN,
+                   "'|'-separated categories: ERROR, WARNING, INFO, DEBUG, ALL, NONE")
 
 
 # A per-service switch that may be left empty to inherit the broker-wide one.
@@ -769,6 +777,35 @@ KEYS = (
         "Directory of the password file; empty means VARHOME/instances/NAME/etc."),
     Key("mqgate.passfile.name", Text(), "passfile",
         "File name of the password file."),
+    # -- the broker's log (S5.2; OpenMQ's imq.log.* keys) --
+    Key("mqgate.log.level", Choice(("ERROR", "WARNING", "INFO", "DEBUG")), "INFO",
+        "Least severe log events written: each level includes the more severe ones "
+        "(INFO writes ERROR, WARNING and INFO events; DEBUG is for tracking a problem "
+        "down)."),
+    Key("mqgate.log.console.output", _LOG_OUTPUT, "ALL",
+        "Categories written to the console (twistd -n: the stream below; twistd "
+        "--logfile: that file): '|'-separated ERROR, WARNING, INFO, DEBUG, or ALL or "
+        "NONE. Exactly the categories named: INFO alone writes no errors."),
+    Key("mqgate.log.console.stream", Choice(("stdout", "stderr")), "stdout",
+        "Stream the console log goes to when twistd runs in the foreground."),
+    Key("mqgate.log.file.output", _LOG_OUTPUT, "ALL",
+        "Categories written to the log file, as for the console; NONE writes no file."),
+    Key("mqgate.log.file.dirpath", Text(), "",
+        "Directory of the log file; empty means VARHOME/instances/NAME/log."),
+    Key("mqgate.log.file.filename", Text(re.compile(r"[^/\\]+"), "a file name"),
+        "log.txt",
+        "Name of the log file; old files are FILE.1 (the newest), FILE.2 ..."),
+    Key("mqgate.log.file.rolloverbytes", SizeLimit(1024), "10m",
+        "Start a new log file before one would grow past this size; -1 for never."),
+    Key("mqgate.log.file.rolloversecs", Int(-1, 315360000), "604800",
+        "Start a new log file once the current one is this many seconds old (counted "
+        "from when this broker process began it); -1 or 0 for never. 604800 is a "
+        "week."),
+    Key("mqgate.log.file.maxfiles", Int(0, 1000), "9",
+        "Old log files kept; past this the oldest is deleted."),
+    Key("mqgate.log.file.format", Choice(("text", "json")), "text",
+        "Layout of the log file: text lines (as the console's) or JSON lines, one "
+        "object per event with time, level, namespace, message and traceback."),
     # -- the audit trail (S4.8) --
     Key("mqgate.audit.enabled", Bool(), "true",
         "Write the audit trail: one JSON line per login (ok or failed), admin request, "
