@@ -13,7 +13,7 @@ import signal
 from twisted.application import service
 from twisted.internet import defer
 from twisted.internet.threads import deferToThreadPool
-from twisted.logger import Logger
+from twisted.logger import ILogObserver, Logger
 from twisted.python.threadpool import ThreadPool
 
 from mqgate import __version__, sniff
@@ -79,6 +79,10 @@ class BrokerService(service.MultiService):
     store_service = None
     #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
     audit = NO_AUDIT
+    #: the log observer made from the mqgate.log.* settings (S5.2) by mqgate.tap, and
+    #: where it writes, for the banner; None: twistd's own.
+    log_observer = None
+    log_destination = "twistd's log"
 
     def __init__(self, settings, broker, flusher, reactor):
         super().__init__()
@@ -89,10 +93,17 @@ class BrokerService(service.MultiService):
         self.pools = {}   # service name -> its ServicePool (S1.6), for admin and metrics
         self.egress = None   # the EgressContext: clients, profiles, event counts (S9)
 
+    def setServiceParent(self, parent):
+        # twistd asks the application for its log observer (an ILogObserver component)
+        # after making this service and before it starts logging (S5.2).
+        if self.log_observer is not None and hasattr(parent, "setComponent"):
+            parent.setComponent(ILogObserver, self.log_observer)
+        return super().setServiceParent(parent)
+
     def startService(self):
-        log.info("mqgate {version} starting: instance {instance}, data in {home}",
-                 version=__version__, instance=self.settings.instance,
-                 home=self.settings.instance_dir)
+        log.info("mqgate {version} starting: instance {instance}, data in {home}, "
+                 "log to {where}", version=__version__, instance=self.settings.instance,
+                 home=self.settings.instance_dir, where=self.log_destination)
         self._reactor.callWhenRunning(self._running)
         if self.store_service is None:
             self._audit_destinations()

@@ -154,11 +154,52 @@ def makeService(options):
     from twisted.internet import reactor
 
     settings = options["settings"]
+    plan = _log_plan(options, settings, reactor)
     for warning in settings.warnings:
         _log.warn("{warning}", warning=warning)
     try:
-        return build_broker(settings, reactor)
+        top = build_broker(settings, reactor)
     except ConfigError as e:
         # What only building the broker can find out (TLS material, its password) is a
         # configuration error too: one line that says what to do, not a traceback.
         raise SystemExit(f"mqgate: {e}") from None
+    if plan is not None:
+        top.log_observer = plan.observer
+        top.log_destination = plan.describe()
+    return top
+
+
+#: _twistd_console: twistd was told how to log (--syslog, --logger) and keeps it.
+_TWISTD_DECIDES = object()
+
+
+def _twistd_console(options):
+    """Where the console output goes, from twistd's own options (the parent of ours):
+    its --logfile, else the stream of mqgate.log.console.stream in the foreground (-n),
+    else nowhere (a daemon has no console)."""
+    from mqgate.logs.setup import CONSOLE_STREAM, NO_CONSOLE
+
+    twistd = getattr(options, "parent", None)
+    if twistd is None:          # not run by twistd (a test, an embedding program)
+        return CONSOLE_STREAM
+    if twistd.get("logger") or twistd.get("syslog"):
+        return _TWISTD_DECIDES
+    logfile = twistd.get("logfile")
+    if logfile and logfile != "-":
+        return os.path.abspath(logfile)
+    if twistd.get("nodaemon") or logfile == "-":
+        return CONSOLE_STREAM
+    return NO_CONSOLE
+
+
+def _log_plan(options, settings, reactor):
+    """The L{LogPlan} for the broker's log settings, or None when twistd's --syslog or
+    --logger chose the log observer (then the mqgate.log.* settings do not apply)."""
+    from mqgate.logs.setup import log_plan
+
+    console = _twistd_console(options)
+    if console is _TWISTD_DECIDES:
+        _log.warn("twistd --syslog or --logger chooses where the log goes: the "
+                  "mqgate.log.* settings are not used")
+        return None
+    return log_plan(settings, console=console, clock=reactor.seconds)

@@ -180,14 +180,15 @@ def test_make_service_logs_warnings_and_builds_broker(config, monkeypatch):
     """makeService logs each settings warning and returns build_broker's service."""
     calls = []
     fake = types.ModuleType("mqgate.service")
+    svc = types.SimpleNamespace()
     fake.build_broker = lambda settings, reactor: calls.append(
-        (settings, reactor)) or "svc"
+        (settings, reactor)) or svc
     monkeypatch.setitem(sys.modules, "mqgate.service", fake)
     events = []
     monkeypatch.setattr(tap, "_log", Logger(observer=events.append))
     options = parse("-c", config, "-D", "mqgate.nope=1")
 
-    assert tap.makeService(options) == "svc"
+    assert tap.makeService(options) is svc
     [(settings, reactor)] = calls
     assert settings is options["settings"]
     from twisted.internet import reactor as global_reactor
