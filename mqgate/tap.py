@@ -18,25 +18,14 @@ from mqgate.config import (
     DEFAULT_VARHOME,
     INSTANCE_NAME,
     SERVICE_PORT_KEYS,
-    Settings,
     read_settings,
+    shipped_settings,
 )
 from mqgate.errors import ConfigError
 
-__all__ = ["Options", "makeService", "default_config_path"]
+__all__ = ["Options", "makeService"]
 
 _log = Logger()
-
-
-def default_config_path():
-    """Return the shipped ``etc/mqgate.properties`` of the checkout, or None.
-
-    When mqgate runs from its source tree the shipped file sits beside the package; an
-    installed package has none and runs on the embedded defaults (S0.3).
-    """
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(checkout, "etc", "mqgate.properties")
-    return path if os.path.isfile(path) else None
 
 
 def _one_paragraph(method):
@@ -59,8 +48,8 @@ class Options(usage.Options):
     longdesc = (
         "mqgate is a message broker and protocol gateway: clients speak AMQP 1.0 or "
         "STOMP 1.2 over TCP, TLS, HTTP tunnels or WebSocket. Its configuration is a "
-        "Java-style properties file (every key is listed and documented in the "
-        "shipped etc/mqgate.properties; a key may also be spelled imq.KEY, as in "
+        "Java-style properties file (every key is listed and documented in the file "
+        "`mqgate init-config` writes; a key may also be spelled imq.KEY, as in "
         "OpenMQ). A broker instance has a name (default mqgate) and keeps its data "
         "(store, logs, capture index) under VARHOME/instances/NAME. Any key can be set "
         "on the command line with -D key=value, which beats the file; --port "
@@ -69,15 +58,17 @@ class Options(usage.Options):
     )
 
     optParameters = [
-        ["config", "c", default_config_path(),
-         "Properties file to read. Without one (and no shipped etc/mqgate.properties "
-         "beside the package) the broker runs on the built-in defaults."],
+        ["config", "c", None,
+         "Properties file to read. Without one the broker runs on the built-in "
+         "configuration, the one `mqgate init-config` writes out: AMQP and STOMP on "
+         "port 5672, STOMP on 61613, the port mapper on 7676, all on 127.0.0.1."],
         ["instance", "n", None,
          "Instance name, 1 to 32 letters, digits or underscores; the instance's data "
          "lives under VARHOME/instances/NAME. Default: mqgate.instancename from the "
          "configuration, else mqgate."],
         ["varhome", None, DEFAULT_VARHOME,
-         "Var home: the directory that holds every instance's data."],
+         "Var home: the directory that holds every instance's data (relative to the "
+         "directory twistd starts in)."],
     ]
 
     def __init__(self):
@@ -135,11 +126,12 @@ class Options(usage.Options):
             raise usage.UsageError(str(error)) from None
 
     def _load_settings(self):
-        """Read the configuration file (if any) with the overrides applied."""
+        """Read the configuration file, or take the built-in one, with the overrides
+        applied."""
         keywords = dict(instance=self["instance"], varhome=self["varhome"])
         if self["config"]:
             return read_settings(self["config"], self["overrides"], **keywords)
-        return Settings.from_properties([], self["overrides"], **keywords)
+        return shipped_settings(self["overrides"], **keywords)
 
 
 def makeService(options):

@@ -5,6 +5,7 @@ The ``mqgate`` command: tools an operator runs beside the broker.
     mqgate cmd         send an admin command to a running broker (S11.1)
     mqgate dbmgr       create, delete, recreate or reset the SQL store's tables (S3.5)
     mqgate usermgr     add, delete, update and list the users of the repository (S4.3)
+    mqgate init-config write the shipped configuration, commented, for an operator to edit
 
 Each tool reads the same configuration as the broker (``--config``, ``--varhome``,
 ``--instance``, ``-D key=value``), so it finds the same instance directory.
@@ -17,19 +18,18 @@ import sys
 from mqgate.admin.cmd import add_parser as add_cmd_parser
 from mqgate.admin.dbmgr import register as add_dbmgr_parser
 from mqgate.admin.usermgr import register as add_usermgr_parser
-from mqgate.config import read_settings
+from mqgate.config import read_settings, shipped_properties, shipped_settings
 from mqgate.errors import ConfigError
 from mqgate.security.keytool import create_keystore
 from mqgate.security.passfile import check_passfile, find_password
-from mqgate.tap import default_config_path
 
 __all__ = ["main"]
 
 
 def _common(parser):
-    parser.add_argument("-c", "--config", default=default_config_path(),
-                        help="broker configuration file (default: the checkout's "
-                             "etc/mqgate.properties, if any)")
+    parser.add_argument("-c", "--config", default=None,
+                        help="broker configuration file (default: the built-in "
+                             "configuration, as `mqgate init-config` writes it)")
     parser.add_argument("--varhome", default="./var",
                         help="directory holding instances/NAME (default ./var)")
     parser.add_argument("-n", "--instance", default=None,
@@ -49,9 +49,8 @@ def _settings(args):
         settings = read_settings(args.config, overrides, instance=args.instance,
                                  varhome=args.varhome)
     else:
-        from mqgate.config import Settings
-        settings = Settings.from_properties([], overrides, instance=args.instance,
-                                            varhome=args.varhome)
+        settings = shipped_settings(overrides, instance=args.instance,
+                                    varhome=args.varhome)
     if settings["mqgate.passfile.enabled"]:
         # S4.6: every tool refuses a password file others can read, as the broker does.
         check_passfile(settings.passfile_path)
@@ -88,6 +87,24 @@ def keytool(args):
     return 0
 
 
+def init_config(args):
+    """Write the shipped configuration (every key, commented) to args.path, or stdout."""
+    text = shipped_properties()
+    if args.path == "-":
+        sys.stdout.write(text)
+        return 0
+    # "x" refuses an existing file without a window between looking and writing.
+    try:
+        with open(args.path, "w" if args.force else "x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise FileExistsError(
+            f"{args.path} exists; use --force to replace it") from None
+    print(f"wrote {args.path}: every setting with what it means and its default; "
+          f"edit it, then start the broker with: twistd -n mqgate --config {args.path}")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="mqgate", description="Tools for the mqgate message broker.")
@@ -105,6 +122,16 @@ def main(argv=None):
                     help="leave the private key unencrypted (protected by file mode only)")
     kt.add_argument("--force", action="store_true", help="replace an existing key pair")
     kt.set_defaults(run=keytool)
+    ic = commands.add_parser(
+        "init-config", help="write a starting configuration file to edit",
+        description="Write the configuration the broker runs on when it is started "
+                    "without --config (AMQP and STOMP on 5672, STOMP on 61613, the port "
+                    "mapper on 7676, all on 127.0.0.1), with every other setting "
+                    "listed, commented out, with what it means and its default.")
+    ic.add_argument("path", nargs="?", default="mqgate.properties",
+                    help="file to write (default mqgate.properties; - for stdout)")
+    ic.add_argument("--force", action="store_true", help="replace an existing file")
+    ic.set_defaults(run=init_config)
     add_cmd_parser(commands, _common, _settings)
     add_dbmgr_parser(commands, _common, _settings)
     add_usermgr_parser(commands, _common, _settings)

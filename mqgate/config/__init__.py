@@ -18,7 +18,9 @@ from mqgate.config.schema import (
     canonical_key,
     render_properties,
 )
-from mqgate.config.settings import DEFAULT_VARHOME, Settings, read_settings
+from mqgate.config.settings import (
+    DEFAULT_VARHOME, SHIPPED_SOURCE, Settings, read_settings, shipped_properties,
+    shipped_settings)
 
 __all__ = [
     "parse_properties", "escape_value",
@@ -26,4 +28,5 @@ __all__ = [
     "SHIPPED_OVERRIDES",
     "INSTANCE_NAME", "canonical_key", "render_properties",
     "Settings", "read_settings", "DEFAULT_VARHOME",
+    "shipped_settings", "shipped_properties", "SHIPPED_SOURCE",
 ]

@@ -28,12 +28,17 @@ import attrs
 
 from mqgate.config.properties import parse_properties
 from mqgate.config.schema import (
-    CANONICAL_PREFIX, FAMILIES, SCHEMA, SERVICES, canonical_key)
+    CANONICAL_PREFIX, FAMILIES, SCHEMA, SERVICES, SHIPPED_OVERRIDES, canonical_key,
+    render_properties)
 from mqgate.errors import ConfigError
 
-__all__ = ["Settings", "read_settings", "DEFAULT_VARHOME"]
+__all__ = ["Settings", "read_settings", "shipped_settings", "shipped_properties",
+           "DEFAULT_VARHOME", "SHIPPED_SOURCE"]
 
 DEFAULT_VARHOME = "./var"
+
+#: The name the built-in configuration goes by in messages ("<built-in ...>:LINE").
+SHIPPED_SOURCE = "<built-in mqgate.properties>"
 
 # Where a value came from, for messages (the file's entries use "path:line").
 SOURCE_DEFAULT = "default"
@@ -263,3 +268,24 @@ def read_settings(path, overrides=None, *, instance=None, varhome=None):
     props = parse_properties(text, source=path)
     return Settings.from_properties(props, overrides, instance=instance,
                                     varhome=varhome, source=path)
+
+
+def shipped_properties():
+    """The text of the shipped configuration: every key documented, the shipped values
+    set (the checkout's etc/mqgate.properties, and what ``mqgate init-config`` writes)."""
+    return render_properties(SHIPPED_OVERRIDES)
+
+
+def shipped_settings(overrides=None, *, instance=None, varhome=None):
+    """Settings for a broker started without a configuration file: the shipped
+    configuration with the overrides applied.
+
+    One source of defaults (S0.3): ``twistd -n mqgate`` without ``--config`` listens
+    where the shipped file says, from a checkout or a pip install alike, because both
+    read the same rows of the schema. ``config_path`` is None; ``source_of`` names the
+    line of the text ``mqgate init-config`` would write.
+    """
+    props = parse_properties(shipped_properties(), source=SHIPPED_SOURCE)
+    settings = Settings.from_properties(props, overrides, instance=instance,
+                                        varhome=varhome, source=SHIPPED_SOURCE)
+    return attrs.evolve(settings, config_path=None)

@@ -44,18 +44,24 @@ def test_settings_built_from_config_file(config, tmp_path):
     assert settings.instance_dir == str(tmp_path / "var" / "instances" / "fromfile")
 
 
-def test_default_config_is_the_shipped_file():
-    """Without -c the checkout's etc/mqgate.properties is read when it exists."""
-    assert tap.default_config_path() == str(ROOT / "etc" / "mqgate.properties")
-    assert parse()["settings"].config_path == str(ROOT / "etc" / "mqgate.properties")
+def test_without_config_the_broker_runs_on_the_shipped_configuration():
+    """S0.3: without -c (or with an empty one) the settings are the shipped file's, from
+    a checkout and from an installed package alike: 5672, 61613, 7676, loopback."""
+    for args in ((), ("--config", "")):
+        settings = parse(*args)["settings"]
+        assert settings.config_path is None
+        assert settings["mqgate.jms.tcp.port"] == 5672
+        assert settings["mqgate.stomp.tcp.port"] == 61613
+        assert settings["mqgate.portmapper.port"] == 7676
+        assert settings["mqgate.hostname"] == "127.0.0.1"
+        assert settings["mqgate.service.activelist"] == ("jms", "admin", "stomp")
+        assert settings.instance == "mqgate"
 
 
-def test_no_config_runs_on_defaults():
-    """S0.3: with an empty --config the broker runs on the built-in defaults."""
-    settings = parse("--config", "")["settings"]
-    assert settings.config_path is None
-    assert settings["mqgate.jms.tcp.port"] == 0
-    assert settings.instance == "mqgate"
+def test_shipped_file_and_built_in_configuration_agree():
+    """The checkout's etc/mqgate.properties gives the same settings as no --config."""
+    shipped = parse("--config", str(ROOT / "etc" / "mqgate.properties"))["settings"]
+    assert shipped.as_dict() == parse()["settings"].as_dict()
 
 
 def test_define_overrides_file(config):
