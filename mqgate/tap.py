@@ -47,14 +47,16 @@ class Options(usage.Options):
 
     longdesc = (
         "mqgate is a message broker and protocol gateway: clients speak AMQP 1.0 or "
-        "STOMP 1.2 over TCP, TLS, HTTP tunnels or WebSocket. Its configuration is a "
-        "Java-style properties file (every key is listed and documented in the file "
-        "`mqgate init-config` writes; a key may also be spelled imq.KEY, as in "
-        "OpenMQ). A broker instance has a name (default mqgate) and keeps its data "
-        "(store, logs, capture index) under VARHOME/instances/NAME. Any key can be set "
-        "on the command line with -D key=value, which beats the file; --port "
-        "SERVICE=PORT is a short form for a service's port key. Unknown keys are "
-        "reported at start-up; bad values stop it."
+        "STOMP 1.0-1.2 over TCP or TLS. Its configuration is a Java-style properties "
+        "file (`mqgate init-config` writes one with every key documented; a key may "
+        "also be spelled imq.KEY, as in OpenMQ). A broker instance has a name (default "
+        "mqgate) and keeps its data (users, access rules, TLS keys, the message store, "
+        "the log) under VARHOME/instances/NAME. Any key can be set on the command line "
+        "with -D key=value, which beats the file; --port SERVICE=PORT is a short form "
+        "for a service's port key. Unknown keys are reported at start-up; bad values "
+        "stop it. The log goes to the console (twistd -n, or twistd's --logfile) and "
+        "to VARHOME/instances/NAME/log/log.txt; the mqgate.log.* keys choose levels, "
+        "categories, rollover and format."
     )
 
     optParameters = [
