@@ -786,8 +786,10 @@ KEYS = (
         "Categories written to the console (twistd -n: the stream below; twistd "
         "--logfile: that file): '|'-separated ERROR, WARNING, INFO, DEBUG, or ALL or "
         "NONE. Exactly the categories named: INFO alone writes no errors."),
-    Key("mqgate.log.console.stream", Choice(("stdout", "stderr")), "stdout",
-        "Stream the console log goes to when twistd runs in the foreground."),
+    Key("mqgate.log.console.stream", Choice(("stdout", "stderr", "OUT", "ERR")),
+        "stdout",
+        "Stream the console log goes to when twistd runs in the foreground (OUT and "
+        "ERR, OpenMQ's words, are the same as stdout and stderr)."),
     Key("mqgate.log.file.output", _LOG_OUTPUT, "ALL",
         "Categories written to the log file, as for the console; NONE writes no file."),
     Key("mqgate.log.file.dirpath", Text(), "",

@@ -32,6 +32,9 @@ CONSOLE_STREAM = "stream"
 #: log_plan(console=...): there is no console (a daemon without --logfile).
 NO_CONSOLE = None
 
+#: mqgate.log.console.stream's words, OpenMQ's included, and the stream each names.
+_STREAMS = {"stdout": "stdout", "OUT": "stdout", "stderr": "stderr", "ERR": "stderr"}
+
 
 def log_file_path(settings):
     """The path of the broker's log file."""
@@ -59,7 +62,7 @@ def log_plan(settings, *, console, clock, streams=None):
     console_observer = console_name = None
     if console is not None and console_categories:
         if console == CONSOLE_STREAM:
-            console_name = settings["mqgate.log.console.stream"]
+            console_name = _STREAMS[settings["mqgate.log.console.stream"]]
             stream = streams[console_name]
         else:
             console_name = console

@@ -164,3 +164,15 @@ def test_an_observer_in_a_publisher_survives_a_failing_file(tmp_path):
     emit_one_of_each(publisher)
     assert out.getvalue().count("\n") == 4
     assert "cannot write the log file" in err.getvalue()
+
+
+def test_openmq_stream_words_are_accepted(tmp_path):
+    """imq.log.console.stream=ERR, from an OpenMQ configuration, means stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    plan = log_plan(settings(tmp_path, **{"imq.log.console.stream": "ERR",
+                                          "mqgate.log.file.output": "NONE"}),
+                    console=CONSOLE_STREAM, clock=Clock().seconds,
+                    streams={"stdout": out, "stderr": err})
+    emit_one_of_each(plan.observer)
+    assert out.getvalue() == "" and err.getvalue().count("\n") == 4
+    assert plan.console == "stderr"
