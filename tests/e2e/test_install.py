@@ -138,6 +138,14 @@ def test_wheel_has_the_plugin_and_no_checkout_on_the_path(installed):
         assert str(installed) in line and str(REPO_ROOT) not in line
 
 
+def test_wheel_carries_the_shipped_configuration_and_the_unit(installed):
+    """VENV/share/mqgate holds etc/mqgate.properties and etc/mqgate.service as shipped,
+    for an operator without a checkout."""
+    share = installed / "share" / "mqgate"
+    for name in ("mqgate.properties", "mqgate.service"):
+        assert (share / name).read_text() == (REPO_ROOT / "etc" / name).read_text()
+
+
 def test_installed_broker_listens_where_make_run_does(installed_broker):
     """From an empty directory the installed broker listens on 5672 (AMQP and STOMP),
     61613 (STOMP) and 7676 (port mapper) on loopback, keeps its data in ./var and says
