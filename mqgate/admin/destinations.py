@@ -262,6 +262,8 @@ def query_dst(context, arguments):
                     subscriptions=len(queues),
                     durable_subscriptions=sum(q.durable_key is not None for q in queues),
                     waiting=sum(q.depth for q in queues))
+    # What its paused producers keep back (those attached to it by name).
+    data["kept_by_producers"] = sum(p.kept() for p in destination.attached)
     data["limits"] = _limits_data(broker.limits_of(destination))
     rows = [("Destination Name", data["name"]), ("Destination Type", data["type"]),
             ("Destination State", data["state"]),
@@ -269,7 +271,8 @@ def query_dst(context, arguments):
             ("Current Number of Consumers", data["consumers"]),
             ("Current Number of Messages", data["messages"]),
             ("  Waiting", data["waiting"]), ("  Unacknowledged", data["unacked"]),
-            ("Current Total Message Bytes", data["bytes"])]
+            ("Current Total Message Bytes", data["bytes"]),
+            ("Kept by Paused Producers", data["kept_by_producers"])]
     if kind == QUEUE:
         rows += [("Messages In", data["messages_in"]), ("Messages Out", data["messages_out"]),
                  ("Deliveries", data["delivered"]), ("Dropped", data["dropped"]),

@@ -188,8 +188,6 @@ class Producer:
         self._system = system
         if destination is not None:
             destination.attached[self] = None
-            if destination.holding is not None:
-                self._wait_for(destination.holding)
         self._dest = destination
         self._route = route
         self._next_seq = next_seq
@@ -205,6 +203,8 @@ class Producer:
         # on_revoked(condition, description): the glue's way to detach its link when
         # an operator destroys the destination (S11.1); None: just closed.
         self.on_revoked = None
+        if destination is not None and destination.holding is not None:
+            self._wait_for(destination.holding)   # attached to a paused destination
 
     def __repr__(self):
         return f"<Producer {self.address}{' closed' if self.closed else ''}>"
@@ -305,6 +305,10 @@ class Producer:
         """Whether this producer keeps messages for the destination C{pause} paused."""
         return any(entry.state is _PAUSED and entry.destination.pause is pause
                    for entry in self._held or ())
+
+    def kept(self):
+        """How many messages this producer keeps for paused destinations."""
+        return sum(entry.state is _PAUSED for entry in self._held or ())
 
     def _resumed(self, pause):
         # The operator resumed (or destroyed) a destination this producer waited for:

@@ -267,9 +267,24 @@ def test_paused_producers_keep_their_messages_blocked_until_resumed():
     producer.send(BrokerMessage(b"3"))
     assert isinstance(stored, defer.Deferred) and not stored.called
     assert target.deliveries == [] and stored_keys(store, "queue://q") == []
+    assert run(broker, "query", "dst", "-t", "q", "-n", "q").data["kept_by_producers"] == 3
     run(broker, "resume", "dst", "-t", "q", "-n", "q")
     assert [d.message.payload for d in target.deliveries] == [b"1", b"2", b"3"]
     assert stored.called and unblocked == [True] and not producer.blocked
+
+
+def test_a_producer_attaching_to_a_paused_queue_starts_blocked(broker):
+    """A producer attached while producers are paused is blocked with no room from the
+    start (the glue grants it no more credit than its first message) and goes on at
+    resume."""
+    broker.create_queue("q")
+    run(broker, "pause", "dst", "-t", "q", "-n", "q", "-pst", "PRODUCERS")
+    producer = broker.open_producer("queue://q")
+    assert producer.blocked and producer.room == 0
+    producer.send(BrokerMessage(b"x"))
+    assert broker.queue("q").held == 0
+    run(broker, "resume", "dst", "-t", "q", "-n", "q")
+    assert not producer.blocked and broker.queue("q").held == 1
 
 
 def test_paused_topic_holds_new_subscriptions_on_its_name_too(broker):
