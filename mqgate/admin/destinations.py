@@ -33,6 +33,7 @@ Each handler is C{run(context, arguments) -> Reply}: it calls the core, no I/O.
 import re
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqgate.admin.options import (
     PAUSE_TARGETS, destination_type, parse_options, property_pairs)
@@ -420,11 +421,19 @@ def compact_dst(context, arguments):
         return Reply("this broker keeps no messages on disk: nothing to compact.",
                      {"compacted": False, "reason": "no store"})
     done = persistence.store.compact()
-    figures = []
-    done.addCallbacks(figures.append, _compaction_failed)
-    if figures:
-        return _compacted(figures[0])
-    done.addCallback(_log_compaction)
+    outcome = []
+
+    def known(result):    # what is known already (the memory store: all); passed on
+        outcome.append(result)
+        return result
+    done.addBoth(known)
+    if outcome:
+        if isinstance(outcome[0], Failure):
+            done.addErrback(lambda _: None)   # told in the reply, not the log
+            raise AdminError("the message store could not be compacted: "
+                             + outcome[0].getErrorMessage())
+        return _compacted(outcome[0])
+    done.addCallbacks(_log_compaction, _compaction_failed)
     return Reply("compaction of the message store started: the store compacts all its"
                  " files at once, not one destination's; the broker's log gives the"
                  " figures when it is done.", {"compacted": "started"})
