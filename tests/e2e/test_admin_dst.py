@@ -193,7 +193,7 @@ def test_paused_stomp_producer_gets_its_receipt_after_resume(shared, module_pass
         producer.connection.send(f"/queue/{name}", "kept",
                                  headers={"persistent": "true", "receipt": rid})
         wait_until(lambda: query(shared, module_passfile, "q", name)[
-            "kept_by_producers"] == 1, 10, "the SEND kept by the paused queue")
+            "kept_by_producers"] == 1, 30, "the SEND kept by the paused queue")
         assert rid not in producer.collector.receipts
         cmd(shared, module_passfile, "resume", "dst", "-t", "q", "-n", name)
         producer.collector.wait_for_receipt(rid)
