@@ -5,7 +5,8 @@ The destination and durable subscription commands, as admin request handlers (S1
     query dst -t q|t -n NAME                    one destination, its figures and limits
     create dst -t q|t -n NAME [-o p=v]...       make one, with limits
     update dst -t q|t -n NAME -o p=v...         change its limits now
-    destroy dst -t q|t -n NAME                  delete it, its messages, its clients' links
+    destroy dst -t q|t -n NAME                  delete it and its messages; detach its
+                                                clients' links
     purge dst -t q|t -n NAME                    drop its waiting messages
     pause dst -t q|t -n NAME [-pst WHAT]        hold its producers, consumers or both
     resume dst -t q|t -n NAME                   undo pause
@@ -275,7 +276,8 @@ def query_dst(context, arguments):
             ("Current Total Message Bytes", data["bytes"]),
             ("Kept by Paused Producers", data["kept_by_producers"])]
     if kind == QUEUE:
-        rows += [("Messages In", data["messages_in"]), ("Messages Out", data["messages_out"]),
+        rows += [("Messages In", data["messages_in"]),
+                 ("Messages Out", data["messages_out"]),
                  ("Deliveries", data["delivered"]), ("Dropped", data["dropped"]),
                  ("Expired", data["expired"])]
     else:
@@ -458,7 +460,7 @@ def _compaction_failed(failure):
               why=failure.getErrorMessage())
 
 
-# -- durable subscriptions -----------------------------------------------------------------
+# -- durable subscriptions -------------------------------------------------------------
 
 _DUR_HEADERS = ("Name", "Client ID", "Topic", "State", "Msgs Count", "Msgs Bytes",
                 "Unacked", "Owner")
@@ -481,7 +483,8 @@ def list_dur(context, arguments):
             "bytes": queue.held_bytes, "unacked": queue.in_flight, "owner": queue.owner})
     rows = [(d["name"], d["client_id"], d["topic"], d["state"], d["messages"],
              d["bytes"], d["unacked"], d["owner"] or "-") for d in data]
-    return Reply(f"{len(data)} durable subscriptions\n" + _table(_DUR_HEADERS, rows), data)
+    text = f"{len(data)} durable subscriptions\n" + _table(_DUR_HEADERS, rows)
+    return Reply(text, data)
 
 
 def _durable_options(arguments, usage):

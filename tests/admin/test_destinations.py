@@ -267,7 +267,8 @@ def test_paused_producers_keep_their_messages_blocked_until_resumed():
     producer.send(BrokerMessage(b"3"))
     assert isinstance(stored, defer.Deferred) and not stored.called
     assert target.deliveries == [] and stored_keys(store, "queue://q") == []
-    assert run(broker, "query", "dst", "-t", "q", "-n", "q").data["kept_by_producers"] == 3
+    query = run(broker, "query", "dst", "-t", "q", "-n", "q")
+    assert query.data["kept_by_producers"] == 3
     run(broker, "resume", "dst", "-t", "q", "-n", "q")
     assert [d.message.payload for d in target.deliveries] == [b"1", b"2", b"3"]
     assert stored.called and unblocked == [True] and not producer.blocked
@@ -318,7 +319,8 @@ def test_compact_needs_a_paused_destination_and_says_the_memory_store_needs_none
     with pytest.raises(BadRequest, match="pause it first"):
         run(broker, "compact", "dst", "-t", "q", "-n", "q")
     run(broker, "pause", "dst", "-t", "q", "-n", "q")
-    assert "needs no compaction" in run(broker, "compact", "dst", "-t", "q", "-n", "q").text
+    reply = run(broker, "compact", "dst", "-t", "q", "-n", "q")
+    assert "needs no compaction" in reply.text
 
 
 # -- durable subscriptions ---------------------------------------------------------------

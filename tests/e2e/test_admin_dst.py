@@ -74,7 +74,7 @@ def query(broker, passfile, kind, name):
     return data(broker, passfile, "query", "dst", "-t", kind, "-n", name)
 
 
-# -- list, query, errors -------------------------------------------------------------------
+# -- list, query, errors ----------------------------------------------------------------
 
 
 def test_list_and_query_show_clients_and_messages(shared, module_passfile):
@@ -129,7 +129,7 @@ def test_create_refuses_reserved_names_and_bad_properties(shared, module_passfil
     assert name not in names
 
 
-# -- pause / resume ------------------------------------------------------------------------
+# -- pause / resume ---------------------------------------------------------------------
 
 
 def test_paused_consumers_receive_nothing_until_resumed(shared, module_passfile):
@@ -203,7 +203,7 @@ def test_paused_stomp_producer_gets_its_receipt_after_resume(shared, module_pass
         assert bytes(message.body) == b"kept"
 
 
-# -- purge / destroy -----------------------------------------------------------------------
+# -- purge / destroy --------------------------------------------------------------------
 
 
 def test_purge_removes_waiting_messages_and_keeps_the_unacknowledged(shared,
@@ -255,7 +255,7 @@ def test_destroy_detaches_proton_links_and_ends_stomp_subscriptions(shared,
         assert name not in names
 
 
-# -- durable subscriptions -----------------------------------------------------------------
+# -- durable subscriptions --------------------------------------------------------------
 
 
 def test_durables_list_purge_and_destroy_refused_while_attached(shared, module_passfile):
@@ -287,7 +287,7 @@ def test_durables_list_purge_and_destroy_refused_while_attached(shared, module_p
     assert result.returncode == 1 and "404" in result.stderr
 
 
-# -- across a restart ----------------------------------------------------------------------
+# -- across a restart -------------------------------------------------------------------
 
 
 def test_created_limits_survive_a_restart_destroyed_messages_do_not(tmp_path, passfile):
