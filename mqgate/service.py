@@ -19,6 +19,7 @@ from twisted.python.threadpool import ThreadPool
 from mqgate import __version__, sniff
 from mqgate.admin.requests import AdminContext, AdminRequests, reload_commands
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
+from mqgate.admin.destinations import COMMANDS as DESTINATION_COMMANDS
 from mqgate.amqp.message import parse_message
 from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
@@ -434,7 +435,8 @@ def build_broker(settings, reactor):
         reloadables.add("users", reload_users)
     admin_requests = AdminRequests(
         AdminContext(broker, clients, profiles, reloadables),
-        {**SHOW_COMMANDS, **reload_commands(reloadables.names())}, audit=audit)
+        {**SHOW_COMMANDS, **reload_commands(reloadables.names()),
+         **DESTINATION_COMMANDS}, audit=audit)
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,

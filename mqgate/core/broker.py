@@ -14,6 +14,7 @@ import itertools
 import secrets
 from dataclasses import dataclass
 
+from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -22,10 +23,10 @@ from mqgate.core.addresses import (
     check_name, is_pattern, resolve)
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
-from mqgate.core.destinations import Queue, SubscriptionIndex, Topic
+from mqgate.core.destinations import Pause, Queue, SubscriptionIndex, Topic
 from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
-    StoreBacklog, SystemLimits)
+    StoreBacklog, SystemLimits, limits_attributes, limits_from_attributes)
 from mqgate.core.message import BrokerMessage
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
@@ -54,6 +55,10 @@ ADMIN_GROUP = "admin"
 _AUTOCREATE = "mqgate.autocreate.destination."
 
 _TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired")
+
+#: The condition a consumer's or producer's link is detached with when an operator
+#: destroys its destination (AMQP 1.0 Part 2 section 2.8.15).
+RESOURCE_DELETED = "amqp:resource-deleted"
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,8 @@ class Producer:
     """
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
-                 "_callbacks", "_system", "_held", "_releasing", "_backlog")
+                 "_callbacks", "_system", "_held", "_releasing", "_backlog",
+                 "on_revoked")
 
     log = Logger(namespace="mqgate.core")
 
@@ -181,7 +187,7 @@ class Producer:
         self.closed = False
         self._system = system
         if destination is not None:
-            destination.producers += 1
+            destination.attached[self] = None
         self._dest = destination
         self._route = route
         self._next_seq = next_seq
@@ -194,6 +200,11 @@ class Producer:
         self._held = None
         self._releasing = False
         self._backlog = backlog
+        # on_revoked(condition, description): the glue's way to detach its link when
+        # an operator destroys the destination (S11.1); None: just closed.
+        self.on_revoked = None
+        if destination is not None and destination.holding is not None:
+            self._wait_for(destination.holding)   # attached to a paused destination
 
     def __repr__(self):
         return f"<Producer {self.address}{' closed' if self.closed else ''}>"
@@ -231,6 +242,8 @@ class Producer:
             _refuse_if_rejecting(destination)
         if message.seq is None:
             message.seq = self._next_seq()
+        if destination.holding is not None:
+            return self._send_paused(destination, message)
         if message.durable:
             return self._send_persistent(destination, message)
         if self._held:
@@ -267,6 +280,72 @@ class Producer:
         stored.addBoth(self._stored, entry)
         return stored
 
+    def _send_paused(self, destination, message):
+        # S11.1 pause dst -pst PRODUCERS: keep the message, in order, and block this
+        # producer; a persistent one is stored (and its Deferred fires) only once the
+        # destination is resumed, so its producer hears nothing until then.
+        pause = destination.holding
+        entry = _Held(destination, None, message, _PAUSED)
+        if message.durable:
+            entry.targets = defer.Deferred()
+        if self._held is None:
+            self._held = collections.deque()
+        self._hold(entry)
+        self._wait_for(pause)
+        return entry.targets
+
+    def _wait_for(self, pause):
+        blockers = self._blockers
+        if blockers is None:
+            blockers = self._blockers = set()
+        blockers.add(pause)
+        pause.add_waiter(self)
+
+    def holds(self, pause):
+        """Whether this producer keeps messages for the destination C{pause} paused."""
+        return any(entry.state is _PAUSED and entry.destination.pause is pause
+                   for entry in self._held or ())
+
+    def kept(self):
+        """How many messages this producer keeps for paused destinations."""
+        return sum(entry.state is _PAUSED for entry in self._held or ())
+
+    def _resumed(self, pause):
+        # The operator resumed (or destroyed) a destination this producer waited for:
+        # hand on what it kept, in order, then let it go on.
+        for entry in list(self._held or ()):
+            if entry.state is not _PAUSED or entry.destination.pause is not pause:
+                continue
+            self._unpause(entry)
+        self._release_held()
+        self._eased(pause)
+
+    def _unpause(self, entry):
+        destination, message, done = entry.destination, entry.message, entry.targets
+        entry.targets = None
+        if destination.deleted:
+            entry.state = _FAILED
+            if done is not None:
+                done.errback(NotFound(f"destination {canonical_of(destination)} was"
+                                      " destroyed before the message was stored"))
+            return
+        if not message.durable:
+            entry.state = _READY
+            return
+        if type(destination) is Queue:
+            entry.targets = destination
+            stored = None if destination.store is None else destination.store.add(message)
+        else:
+            entry.targets = destination.route(message)
+            stored = stored_on(entry.targets, message)
+        if stored is None:
+            entry.state = _READY
+            done.callback(None)
+            return
+        entry.state = _WAITING
+        stored.addBoth(self._stored, entry)
+        stored.chainDeferred(done)
+
     def _hold(self, entry):
         self._held.append(entry)
         if self._backlog is not None:
@@ -294,7 +373,8 @@ class Producer:
         held = self._held
         try:
             backlog = self._backlog
-            while held and held[0].state is not _WAITING:
+            while held and held[0].state is not _WAITING and \
+                    held[0].state is not _PAUSED:
                 entry = held.popleft()
                 if entry.state is _READY:
                     self._enqueue_held(entry)
@@ -320,6 +400,8 @@ class Producer:
         destination = self._dest
         if destination is None:
             return None
+        if destination.holding is not None:
+            return 0    # paused by an operator: what it sends now waits (S11.1)
         room = destination.room()
         return None if room is None else room // destination.producers
 
@@ -370,10 +452,11 @@ class Producer:
 
     def close(self):
         """Detach; further sends raise, and pending L{when_unblocked} callbacks are
-        dropped."""
+        dropped. Messages it sent are not: those waiting for the store or for a
+        paused destination are enqueued when their turn comes."""
         self.closed = True
         if self._dest is not None:
-            self._dest.producers -= 1
+            self._dest.attached.pop(self, None)
         self._dest = None
         for queue in self._blockers or ():
             queue.remove_waiter(self)
@@ -382,6 +465,9 @@ class Producer:
 
 
 _WAITING, _READY, _FAILED = "waiting", "ready", "failed"
+# Kept while its destination's producers are paused (S11.1); it blocks the entries
+# behind it like a message waiting for the store.
+_PAUSED = "paused"
 
 
 class _Held:
@@ -390,7 +476,9 @@ class _Held:
     @ivar targets: a persistent message's queue, or its topic's subscriptions as
         routed when it was sent; C{None} for one routed only when enqueued.
     @ivar state: L{_WAITING} for the store, L{_READY} to enqueue, L{_FAILED} (the store
-        refused it: it is dropped, its producer was told).
+        refused it: it is dropped, its producer was told), L{_PAUSED} (its destination's
+        producers are paused; C{targets} is then the Deferred a persistent message's
+        producer waits on, or None).
     """
 
     __slots__ = ("destination", "targets", "message", "state")
@@ -644,6 +732,149 @@ class Broker:
                       system_count=self._system.count, system_bytes=self._system.bytes)
         return totals
 
+    # -- operators (S11.1: the admin commands' side of the core) -----------------------
+
+    def destination(self, kind, name):
+        """The queue or topic C{name}. @raise NotFound: there is none."""
+        return self.queue(name) if kind == QUEUE else self.topic(name)
+
+    def own_queues(self, destination):
+        """The queues an operator's pause, purge or destroy of C{destination} acts on:
+        a queue itself; for a topic, its subscriptions on exactly its name, durable or
+        not (a wildcard subscription also holds other topics' messages: it is left
+        alone)."""
+        if type(destination) is Queue:
+            return [destination]
+        return [q for q in destination.subscriptions if q.pattern == destination.name]
+
+    def set_limits(self, kind, name, limits):
+        """Give destination C{name} new L{Limits} now (C{update dst -o}); a topic's go
+        to its subscriptions on its name, and to those made later. Stored with the
+        destination when there is a store.
+
+        @raise NotFound: no such destination.
+        """
+        destination = self.destination(kind, name)
+        self._apply_limits(destination, limits)
+        if self.persistence is not None and not destination.temporary:
+            self.persistence.destination_updated(kind, name, limits_attributes(limits))
+        return destination
+
+    def restore_attributes(self, kind, name, attributes):
+        """Apply the attributes stored with destination C{name} (recovery).
+
+        @raise ValueError: they do not make valid limits.
+        """
+        destination = self.destination(kind, name)
+        self._apply_limits(destination, limits_from_attributes(attributes, self._limits))
+
+    def _apply_limits(self, destination, limits):
+        if type(destination) is Topic:
+            destination.limits = limits
+        for queue in self.own_queues(destination):
+            queue.set_limits(limits)
+
+    def limits_of(self, destination):
+        """The L{Limits} of a queue, or those a topic gives its subscriptions."""
+        if type(destination) is Queue:
+            return destination.limits
+        return destination.limits or self._limits
+
+    def pause_destination(self, kind, name, producers=True, consumers=True):
+        """Pause a destination's producers (what they send waits in them, and they
+        are blocked: no credit, no reading) and/or its consumers (nothing is
+        delivered); L{resume_destination} undoes it. Never a message dropped.
+
+        @raise NotFound: no such destination.
+        """
+        destination = self.destination(kind, name)
+        pause = destination.pause
+        if pause is None:
+            pause = destination.pause = Pause()
+        if producers and not pause.producers:
+            pause.producers = True
+            destination.holding = pause
+            for producer in list(destination.attached):
+                producer._wait_for(pause)
+        if consumers and not pause.consumers:
+            pause.consumers = True
+            for queue in self.own_queues(destination):
+                queue.pause_consumers()
+        return destination
+
+    def resume_destination(self, kind, name):
+        """Undo L{pause_destination}: deliveries start again, and producers' kept
+        messages go on, in order. @raise NotFound: no such destination."""
+        destination = self.destination(kind, name)
+        pause = destination.pause
+        if pause is None:
+            return destination
+        if pause.consumers:
+            pause.consumers = False
+            for queue in self.own_queues(destination):
+                queue.resume_consumers()
+        if pause.producers:
+            pause.producers = False
+            destination.holding = None
+            pause.release()
+        return destination
+
+    def purge_destination(self, kind, name):
+        """Drop the messages waiting on a destination (not those in flight), from the
+        store too; return how many. @raise NotFound: no such destination."""
+        destination = self.destination(kind, name)
+        return sum(queue.purge() for queue in self.own_queues(destination))
+
+    def destroy_destination(self, kind, name, description):
+        """Delete a destination with its messages (stored ones too); its consumers'
+        and producers' links are detached with L{RESOURCE_DELETED} and
+        C{description}. A topic's subscriptions on exactly its name go with it,
+        durable ones included.
+
+        @return: C{(consumers, producers)}: how many were detached.
+        @raise NotFound: no such destination.
+        """
+        destination = self.destination(kind, name)
+        queues = self.own_queues(destination)
+        consumers = [consumer for queue in queues for consumer in queue.consumers]
+        producers = list(destination.attached)
+        if type(destination) is Topic:
+            for queue in queues:
+                self._delete_subscription(queue)
+        self._delete_destination(destination)
+        pause = destination.pause
+        if pause is not None:
+            destination.holding = None
+            pause.release()     # what its producers kept goes nowhere: it is gone
+        for consumer in consumers:
+            self._revoke(consumer, getattr(consumer.target, "revoked", None),
+                         description)
+        for producer in producers:
+            self._revoke(producer, producer.on_revoked, description)
+        return len(consumers), len(producers)
+
+    def purge_durable(self, container_id, durable_name):
+        """Drop the waiting backlog of a durable subscription; return how many.
+
+        @raise NotFound: no such subscription.
+        """
+        return self.subscription(container_id, durable_name).purge()
+
+    def durables(self):
+        """The durable subscription queues, in creation order."""
+        return list(self._durable.values())
+
+    def _revoke(self, user, revoked, description):
+        # Tell the glue (it detaches the link and closes user); close it anyway.
+        if revoked is not None:
+            try:
+                revoked(RESOURCE_DELETED, description)
+            except Exception:
+                self.log.failure("telling {user} that its destination was destroyed",
+                                 user=user)
+        if not user.closed:
+            user.close()
+
     # -- internals --------------------------------------------------------------------
 
     def _destination(self, kind, name, restoring=False):
@@ -792,10 +1023,22 @@ class Broker:
 
     def _subscription(self, pattern, selector):
         name = f"mqgate.sub.{next(self._subscription_ids)}"
+        topic = self._topics.get(pattern)
         queue = Queue(name, self.clock, pattern=pattern, selector=selector,
-                      limits=self._limits, system=self._system)
+                      limits=self._subscription_limits(topic), system=self._system)
         self._index.add(queue)
+        self._paused_like(topic, queue)
         return queue
+
+    def _subscription_limits(self, topic):
+        # Limits an operator gave the topic apply to subscriptions on its name.
+        return self._limits if topic is None or topic.limits is None else topic.limits
+
+    @staticmethod
+    def _paused_like(topic, queue):
+        # A subscription made on a topic whose consumers are paused starts paused.
+        if topic is not None and topic.pause is not None and topic.pause.consumers:
+            queue.pause_consumers()
 
     def _durable_subscription(self, container_id, durable_name, pattern, selector,
                               restoring=False, requester=None, owner=None):
@@ -816,9 +1059,11 @@ class Broker:
             # JMS: resubscribing under the same name to another topic, or with another
             # selector, replaces the subscription, and its backlog with it.
             self._delete_subscription(queue)
+        topic = self._topics.get(pattern)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
-                      durable_key=key, selector=selector, limits=self._limits,
-                      system=self._system)
+                      durable_key=key, selector=selector,
+                      limits=self._subscription_limits(topic), system=self._system)
+        self._paused_like(topic, queue)
         queue.owner = owner
         persistence = self.persistence
         if persistence is not None:
@@ -919,6 +1164,11 @@ class Broker:
         retired["acknowledged"] += destination.messages_out
         retired["dropped"] += destination.dropped
         retired["expired"] += destination.expired
+
+
+def canonical_of(destination):
+    """The canonical address of a queue or topic object."""
+    return canonical(QUEUE if type(destination) is Queue else TOPIC, destination.name)
 
 
 def _wants_topic(capabilities):

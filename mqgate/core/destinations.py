@@ -42,6 +42,14 @@ calls with its size) in a way that does not give it back.
 The broker-wide limits (S2.2) are counted at the same points: every queue adds what it
 holds to the broker's L{SystemLimits} (messages and bytes, waiting or in flight),
 which the producer checks before routing (L{mqgate.core.broker.Producer.send}).
+
+Operators (S11.1: C{pause dst}, C{purge dst}, C{update dst}) act here off the hot path.
+Pausing a queue's consumers parks its dispatch: C{_dispatching} holds L{_PAUSED_RUN},
+which every path already reads as "a run is going on, leave it the messages", so
+publishing to a paused queue costs nothing more. Pausing producers sets the
+destination's C{holding} to its L{Pause}: a producer that sends to it keeps the message
+(L{mqgate.core.broker.Producer}) and is blocked like a producer of a full FLOW_CONTROL
+queue, until L{Pause.release}.
 """
 
 import functools
@@ -63,6 +71,16 @@ _log = Logger(namespace="mqgate.core")
 
 # The value of Queue._dispatching during a selective run (True: a plain run).
 _SELECTIVE_RUN = "selective"
+
+# The value of Queue._dispatching while an operator has paused its consumers: no run
+# starts, and what arrives waits in the deques as during a run.
+_PAUSED_RUN = "paused"
+
+#: A destination's states, as list/query dst show them (imqcmd's words).
+RUNNING = "RUNNING"
+PRODUCERS_PAUSED = "PRODUCERS_PAUSED"
+CONSUMERS_PAUSED = "CONSUMERS_PAUSED"
+PAUSED = "PAUSED"
 
 # Subscription changes the index remembers for topics catching up (SubscriptionIndex).
 _CHANGES_KEPT = 64
@@ -107,7 +125,7 @@ class Queue:
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
                  "_in_flight", "_flight_bytes", "store", "_system",
-                 "producers") + _QUEUE_COUNTERS
+                 "attached", "pause", "holding") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None):
@@ -147,7 +165,9 @@ class Queue:
         self.store = None
         # The broker's totals (S2.2); a queue made on its own counts only for itself.
         self._system = SystemLimits() if system is None else system
-        self.producers = 0       # attached to it by name (the broker counts them)
+        self.attached = {}       # producers attached to it by name, in order
+        self.pause = None        # the operator's Pause, or None: running
+        self.holding = None      # the Pause while its producers are paused (one test)
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -193,6 +213,21 @@ class Queue:
     def consumers(self):
         """The consumers attached, in attach order (a copy)."""
         return list(self._consumers)
+
+    @property
+    def producers(self):
+        """How many producers are attached to it by name."""
+        return len(self.attached)
+
+    @property
+    def state(self):
+        """L{RUNNING}, L{PRODUCERS_PAUSED}, L{CONSUMERS_PAUSED} or L{PAUSED}."""
+        return _state(self.pause)
+
+    @property
+    def consumers_paused(self):
+        """Whether an operator holds its deliveries back (C{pause dst})."""
+        return self._dispatching is _PAUSED_RUN
 
     def stats(self):
         """A snapshot of the counters as a dict."""
@@ -637,6 +672,55 @@ class Queue:
         delivery.consumer = None
         self.park(delivery, consumer)
 
+    # -- operators (S11.1) ------------------------------------------------------------
+
+    def pause_consumers(self):
+        """Deliver nothing more until L{resume_consumers}: what arrives waits."""
+        if not self._dispatching:
+            self._dispatching = _PAUSED_RUN
+
+    def resume_consumers(self):
+        """Deliver again, starting with what waited."""
+        if self._dispatching is _PAUSED_RUN:
+            self._dispatching = False
+            self._rescan = False
+            self.dispatch()
+
+    def purge(self):
+        """Drop the messages waiting (in flight ones stay until settled), from the
+        store too; return how many were dropped."""
+        entries = [entry for level in self._levels for entry in level]
+        entries.extend(self._parked)
+        if not entries:
+            return 0
+        size = sum(_message_of(entry).size for entry in entries)
+        for level in self._levels:
+            level.clear()
+        self._parked = []
+        self._count = 0
+        self._hi = -1
+        self.dropped += len(entries)
+        self._system.count -= len(entries)
+        self._add_bytes(-size)
+        if self.store is not None:
+            for entry in entries:
+                message = _message_of(entry)
+                if message.durable:
+                    self.store.remove(message)
+        if self.full:
+            self._ease()
+        return len(entries)
+
+    def set_limits(self, limits):
+        """Apply new L{Limits} now: the queue becomes full at once if it holds as much
+        as they allow, and its producers go on if it is now under their low-water
+        mark."""
+        self.limits = limits
+        if self.held > limits.full_count or self._bytes >= limits.full_bytes:
+            self.full = True
+        elif self.full:
+            self._ease()
+
     # -- limits (S2.3, S2.7) ----------------------------------------------------------
 
     def _expire(self, message):
@@ -841,7 +925,7 @@ class Topic:
 
     __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
                  "messages_out", "dropped", "full", "_index", "_gen", "_subs",
-                 "_selective", "producers")
+                 "_selective", "attached", "pause", "holding", "limits")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -856,10 +940,25 @@ class Topic:
         self._gen = -1
         self._subs = ()
         self._selective = False
-        self.producers = 0
+        self.attached = {}       # producers attached to it by name, in order
+        self.pause = None        # see Queue
+        self.holding = None
+        # Limits an operator gave it: its subscriptions on exactly its name get them
+        # (None: the broker's).
+        self.limits = None
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"
+
+    @property
+    def producers(self):
+        """How many producers are attached to it by name."""
+        return len(self.attached)
+
+    @property
+    def state(self):
+        """L{RUNNING}, L{PRODUCERS_PAUSED}, L{CONSUMERS_PAUSED} or L{PAUSED}."""
+        return _state(self.pause)
 
     @property
     def subscriptions(self):
@@ -946,6 +1045,53 @@ class Topic:
         """A snapshot of the counters as a dict."""
         return {"messages_in": self.messages_in, "messages_out": self.messages_out,
                 "dropped": self.dropped, "subscriptions": len(self.subscriptions)}
+
+
+class Pause:
+    """What an operator paused on one destination (S11.1, C{pause dst}).
+
+    Producers paused: each producer that sends to the destination keeps the message
+    and waits here, blocked like a producer of a full FLOW_CONTROL queue (the glue
+    grants no credit, or stops reading its socket); L{release} hands the messages on
+    in order and lets them go on. Never a message dropped.
+
+    @ivar producers: producers are paused.
+    @ivar consumers: consumers are paused.
+    """
+
+    __slots__ = ("producers", "consumers", "_waiting")
+
+    def __init__(self):
+        self.producers = False
+        self.consumers = False
+        self._waiting = {}    # producers holding messages or blocked here, in order
+
+    def __repr__(self):
+        return f"<Pause producers={self.producers} consumers={self.consumers}>"
+
+    def add_waiter(self, producer):
+        """C{producer} holds messages for the destination, or is blocked by it."""
+        self._waiting[producer] = None
+
+    def remove_waiter(self, producer):
+        """C{producer} closed: it stays if it still holds messages for later."""
+        if not producer.holds(self):
+            self._waiting.pop(producer, None)
+
+    def release(self):
+        """Producers go on: what they hold goes to the destination (or nowhere, if it
+        was deleted), in the order they sent it."""
+        waiting, self._waiting = self._waiting, {}
+        for producer in waiting:
+            producer._resumed(self)
+
+
+def _state(pause):
+    if pause is None or not (pause.producers or pause.consumers):
+        return RUNNING
+    if pause.producers and pause.consumers:
+        return PAUSED
+    return PRODUCERS_PAUSED if pause.producers else CONSUMERS_PAUSED
 
 
 def _selected(subscriptions, message):

@@ -13,7 +13,8 @@ from twisted.logger import Logger
 from mqgate.errors import ProtocolError
 
 __all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "LIMIT_BEHAVIORS", "Limits", "UNLIMITED",
-           "ResourceLimitExceeded", "StoreBacklog", "SystemLimits"]
+           "ResourceLimitExceeded", "StoreBacklog", "SystemLimits", "limits_attributes",
+           "limits_from_attributes"]
 
 #: What a full destination does to its producers (S2.3; FACTS 1.6 names the others).
 FLOW_CONTROL = "FLOW_CONTROL"
@@ -74,6 +75,31 @@ def _low_water(limit, behavior):
 
 
 UNLIMITED = Limits()
+
+# The destination properties (FACTS 1.6 names) a Limits holds, as the store keeps them
+# with a destination an operator created or updated (S11.1).
+_MAX_NUM_MSGS, _MAX_TOTAL_MSG_BYTES, _LIMIT_BEHAVIOR = (
+    "maxNumMsgs", "maxTotalMsgBytes", "limitBehavior")
+
+
+def limits_attributes(limits):
+    """C{limits} as the JSON-able attributes stored with a destination."""
+    return {_MAX_NUM_MSGS: limits.max_count, _MAX_TOTAL_MSG_BYTES: limits.max_bytes,
+            _LIMIT_BEHAVIOR: limits.behavior}
+
+
+def limits_from_attributes(attributes, default):
+    """The L{Limits} of stored C{attributes}; what they do not name comes from
+    C{default}.
+
+    @raise ValueError: a value that makes no limit.
+    """
+    count = int(attributes.get(_MAX_NUM_MSGS, default.max_count))
+    size = int(attributes.get(_MAX_TOTAL_MSG_BYTES, default.max_bytes))
+    for value in (count, size):
+        if value < -1 or value == 0:
+            raise ValueError(f"limit {value} is neither -1 (no limit) nor positive")
+    return Limits(count, size, attributes.get(_LIMIT_BEHAVIOR, default.behavior))
 
 
 class SystemLimits:

@@ -183,6 +183,12 @@ class Persistence:
             self.store.add_destination(kind, name, {}).addErrback(
                 self.failed, "store destination", canonical(kind, name))
 
+    def destination_updated(self, kind, name, attributes):
+        """Store destination C{(kind, name)} again with C{attributes} (its limits, set
+        by an operator): the store replaces what it had."""
+        self.store.add_destination(kind, name, attributes).addErrback(
+            self.failed, "store the attributes of destination", canonical(kind, name))
+
     def destination_deleted(self, kind, name):
         self.store.remove_destination(kind, name).addErrback(
             self.failed, "forget destination", canonical(kind, name))
@@ -260,6 +266,7 @@ class Persistence:
                                             f" of {stored.name!r} ignored")
                     continue
                 summary.destinations += 1
+                self._restore_attributes(broker, stored, summary)
             queues = {canonical(QUEUE, name): broker.queue(name) for name in broker.queues()}
             for stored in recovered.durables:
                 try:
@@ -298,6 +305,19 @@ class Persistence:
                 " for their coordinator")
         broker.continue_seq(recovered.max_message_id)
         return summary
+
+    @staticmethod
+    def _restore_attributes(broker, stored, summary):
+        # Limits an operator set (update dst): a value this broker cannot use leaves
+        # the destination with the default ones, and says so.
+        if not stored.attributes:
+            return
+        try:
+            broker.restore_attributes(stored.kind, stored.name, stored.attributes)
+        except (ValueError, TypeError) as e:
+            summary.warnings.append(f"{stored.kind} {stored.name!r}: its stored limits"
+                                    f" {stored.attributes!r} are not usable ({e}); it"
+                                    " has the default ones")
 
     def _message(self, stored, summary):
         try:

@@ -98,7 +98,7 @@ class _ConsumerTarget:
     writes them to the link as its credit and the transport allow.
     """
 
-    __slots__ = ("link", "consumer", "egress", "queued", "unbounded")
+    __slots__ = ("link", "consumer", "egress", "queued", "unbounded", "revoked")
 
     def __init__(self, link, egress):
         self.link = link
@@ -106,6 +106,7 @@ class _ConsumerTarget:
         self.egress = egress
         self.queued = 0
         self.unbounded = False
+        self.revoked = None   # the core's call when an operator destroys the queue
 
     def deliver(self, delivery):
         self.egress.file(self, delivery)
@@ -299,6 +300,7 @@ class AmqpBrokerSession(BrokerSession):
                 _check(self.authorize(source.address, source.capabilities or (),
                                       operation))
         target = _ConsumerTarget(link, self.egress)
+        target.revoked = functools.partial(self._revoke, link)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
         consumer = self.broker.open_consumer(
@@ -353,6 +355,7 @@ class AmqpBrokerSession(BrokerSession):
             _check(self.authorize(address, capabilities, PRODUCE))
             producer = self.broker.open_producer(address, capabilities,
                                                  backlog=self.backlog)
+            producer.on_revoked = functools.partial(self._revoke, link)
         link.context = producer
         link.attach(source=link.remote.source, target=target,
                     snd_settle_mode=link.remote.snd_settle_mode,
@@ -364,6 +367,16 @@ class AmqpBrokerSession(BrokerSession):
         if link in self._links:
             self._forget(link)
             self._release(link, remove=event.closed)
+
+    def _revoke(self, link, condition, description):
+        """The core let go of the link's consumer or producer (an operator destroyed
+        its destination, S11.1): detach the link, closed, saying why."""
+        if link not in self._links or link.state is not LinkState.ATTACHED:
+            return
+        self._forget(link)
+        self._release(link, remove=False)
+        link.detach(closed=True, condition=Symbol(condition), description=description)
+        self.request_flush()
 
     def _release(self, link, remove):
         self._withheld.discard(link)

@@ -135,6 +135,11 @@ class _Subscription:
         """The core's target: file the delivery in the egress queues."""
         self.session.egress.file(self, delivery)
 
+    def revoked(self, _condition, description):
+        """The core let go of this subscription (an operator destroyed its
+        destination, S11.1): an ERROR frame saying so, which ends the connection."""
+        self.session.subscription_revoked(self, description)
+
     def protocol_credit(self):
         """The flow limit (prefetch) less what waits for an ACK."""
         return self.prefetch - len(self.unacked)
@@ -469,7 +474,18 @@ class StompBrokerSession(BrokerSession):
                 self._unblocked(evicted)
             producer = self._producers[destination] = self.broker.open_producer(
                 destination, backlog=self.backlog)
+            producer.on_revoked = functools.partial(self._producer_revoked, destination)
         return producer
+
+    def _producer_revoked(self, destination, _condition, _description):
+        # An operator destroyed the destination (S11.1): forget its producer, so that
+        # the next SEND there makes it again or, when it may not be made, is refused
+        # with an ERROR naming it. Nothing to say before that: STOMP has no link to
+        # close, and an ERROR would end the connection.
+        producer = self._producers.pop(destination, None)
+        if producer is not None:
+            producer.close()
+            self._unblocked(producer)
 
     # -- subscriptions -------------------------------------------------------------------
 
@@ -518,6 +534,19 @@ class StompBrokerSession(BrokerSession):
         subscription.unbounded = files_as_routed(subscription.consumer)
         self._receipt(event)
         self.egress.refresh(subscription)
+
+    def subscription_revoked(self, subscription, description):
+        """Drop C{subscription}, whose destination is gone, and tell the client."""
+        if self.subscriptions.get(subscription.id) is not subscription:
+            return
+        del self.subscriptions[subscription.id]
+        for ack_id in subscription.unacked:
+            self.acks.pop(ack_id, None)
+        self.egress.withdraw(subscription)
+        subscription.consumer.close()
+        self.engine.send_error("destination destroyed",
+                               f"subscription {subscription.id}: {description}")
+        self.request_flush()
 
     def _unsubscribe(self, event):
         subscription = self.subscriptions.pop(event.id, None)
