@@ -190,6 +190,7 @@ def test_destroy_amqp_cxn_closes_it_forced_and_requeues(broker, passfile):
         assert message.body == "held"
         row = next(r for r in connections(broker, passfile)
                    if r["client_id"] == "svc-holder")
+        assert row["messages_out"] == 1
         result = cmd(broker, passfile, "destroy", "cxn", "-n", str(row["id"]))
         assert result.returncode == 0, result.stderr
         assert "destroyed" in result.stdout
