@@ -426,7 +426,7 @@ def build_broker(settings, reactor):
     if reload_users is not None:
         reloadables.add("users", reload_users)
     # S11.1: the services, the connections and the broker's stop and restart, for the
-    # svc, cxn and bkr commands; the services are added as they are made, below.
+    # svc, cxn and bkr commands; it is given the services once they are made, below.
     connections = ConnectionRegistry()
     control = top.control = BrokerControl(
         reactor, instance=settings.instance, connections=connections, broker=broker,
