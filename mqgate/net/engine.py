@@ -204,6 +204,7 @@ class EngineProtocol(Protocol):
         self._drain_stopped = False
         self.connection_id = None  # our id in the factory's registry, if it has one
         self.connected_at = None   # the clock's time at connectionMade
+        self._admin_held = bytearray()  # bytes that came in although paused (see there)
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -263,6 +264,11 @@ class EngineProtocol(Protocol):
             if self._drained > CLOSE_DRAIN and not self._drain_stopped:
                 self._drain_stopped = True
                 self.transport.pauseProducing()
+            return
+        if _ADMIN in self._pauses:
+            # Read before the pause took hold: the sniffer's replay of a socket's first
+            # bytes, the rest of a read. Bounded by one read; acted on at the resume.
+            self._admin_held += data
             return
         if self._login_slot is not None:
             self._login_slot.heard()   # logging in: its slot frees soon (AcceptPacer)
@@ -365,8 +371,12 @@ class EngineProtocol(Protocol):
         self._pause(_ADMIN)
 
     def resume_by_admin(self):
-        """Read the socket again, unless flow control or the pool still hold it."""
+        """Read the socket again, unless flow control or the pool still hold it; act
+        on what came in while paused first."""
         self._resume(_ADMIN)
+        held, self._admin_held = self._admin_held, bytearray()
+        if held and not self._lost:
+            self.dataReceived(bytes(held))
 
     @property
     def paused_by_admin(self):

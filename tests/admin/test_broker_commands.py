@@ -269,3 +269,19 @@ def test_render_table():
     text = render_table(("A", "Long header"), [("x", None), ("yyyy", 2)])
     assert text.splitlines() == ["-----------------", "A     Long header",
                                  "-----------------", "x     -", "yyyy  2"]
+
+
+def test_bytes_read_before_the_pause_wait_for_the_resume(setup):
+    """Bytes handed over after the pause (the sniffer replays a socket's first bytes
+    once it knows the protocol) are acted on only at the resume: a new client's AMQP
+    header is not answered while its service is paused."""
+    setup.jms.pause()
+    peer = setup.harness.connect()
+    peer.protocol.dataReceived(peer.client.data_to_send())
+    assert peer.transport.value() == b""
+    setup.jms.resume()
+    peer.pump()
+    setup.harness.authenticator.succeed_all()
+    setup.clock.advance(0)
+    peer.pump()
+    assert setup.run("list", "cxn").data[0]["state"] == "OPEN"
