@@ -7,13 +7,17 @@ do not take the command's imqcmd options.
 
 import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
 
 import pytest
 from proton import Message
 from proton.utils import ConnectionClosed
 
 from tests.e2e.admin_cmd import mqgate_cmd
+from tests.e2e.broker import DEFAULT_CONFIG, REPO_ROOT, broker_environment, twistd_command
 from tests.e2e.proton_client import connect, opened
 from tests.e2e.stomp_client import DeadlineExceeded, RawStomp, open_client
 from tests.hostile.probe import wait_until
@@ -314,3 +318,65 @@ def test_restart_bkr_comes_back_on_the_same_ports_with_its_messages(
         assert message.body == "kept"
     assert cmd_json(broker, passfile, "query", "bkr")["uptime_seconds"] < 60
     assert broker.terminate() == 0
+
+
+def _pid_in(pidfile):
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_restart_bkr_of_a_daemonized_broker(tmp_path, passfile):
+    """A daemonized broker (`twistd mqgate`, no -n) restarted with `restart bkr`
+    daemonizes again: a new pid in its pid file, the same ports; SIGTERM then stops
+    it and its pid file goes."""
+    ports = {"portmapper": _free_port(), "jms": _free_port(), "admin": _free_port()}
+    pidfile, logfile = tmp_path / "twistd.pid", tmp_path / "twistd.log"
+    args = ["--pidfile", str(pidfile), "--logfile", str(logfile), "mqgate",
+            "--config", str(DEFAULT_CONFIG), "--varhome", str(tmp_path / "varhome"),
+            "-D", f"mqgate.portmapper.port={ports['portmapper']}",
+            "-D", f"mqgate.jms.tcp.port={ports['jms']}",
+            "-D", f"mqgate.admin.tcp.port={ports['admin']}",
+            "-D", "mqgate.stomp.tcp.port=0"]
+    started = subprocess.run(twistd_command(*args), cwd=str(REPO_ROOT),
+                             env=broker_environment(), capture_output=True, text=True,
+                             timeout=60)
+    assert started.returncode == 0, started.stderr
+
+    def ready_lines():
+        return logfile.exists() and logfile.read_text().count("mqgate ready")
+
+    daemon = None    # the pid of the daemon we started, as it is now
+    try:
+        wait_until(lambda: ready_lines() == 1, 30, "the daemon ready")
+        first = daemon = _pid_in(pidfile)
+
+        class Address:    # what mqgate_cmd reads of a broker
+            def port(self, service):
+                return ports[service]
+
+        result = cmd(Address(), passfile, "restart", "bkr")
+        assert result.returncode == 0, result.stderr
+        wait_until(lambda: ready_lines() == 2, 30, "the daemon ready again")
+        second = wait_until(lambda: _pid_in(pidfile) != first and _pid_in(pidfile),
+                            30, "a new pid in the pid file")
+        daemon = second
+        assert _running(second)
+        with socket.create_connection(("127.0.0.1", ports["jms"]), timeout=10) as sock:
+            sock.sendall(b"AMQP\x03\x01\x00\x00")
+            assert sock.recv(8) == b"AMQP\x03\x01\x00\x00"
+        os.kill(second, signal.SIGTERM)
+        wait_until(lambda: not _running(second), 30, "the daemon stopped")
+        assert not pidfile.exists()
+    finally:
+        if daemon is not None and _running(daemon):
+            os.kill(daemon, signal.SIGKILL)
