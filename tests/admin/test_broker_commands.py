@@ -8,7 +8,6 @@ from twisted.internet.address import IPv4Address
 from mqgate.admin.broker_commands import COMMANDS, render_table
 from mqgate.admin.requests import AdminContext, AdminRequest, BadRequest, \
     NotFoundError, dispatch
-from mqgate.amqp.performatives import Close
 from mqgate.net.connections import ADMIN_CLOSE, ConnectionRegistry
 from mqgate.net.control import REPLY_GRACE, BrokerControl
 from mqgate.net.services import ConnectionService
