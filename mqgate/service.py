@@ -80,6 +80,8 @@ class BrokerService(service.MultiService):
     """
 
     store_service = None
+    #: the L{mqgate.net.control.BrokerControl} of the admin commands (S11.1), or None.
+    control = None
     #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
     audit = NO_AUDIT
 
@@ -155,6 +157,8 @@ class BrokerService(service.MultiService):
             log.info("mqgate ready")
 
     def _sigterm(self, signum, frame):
+        if self.control is not None:
+            self._reactor.callFromThread(self.control.stop_for_good)
         self._reactor.callFromThread(self._reactor.stop)
 
     def stopService(self):

@@ -135,7 +135,19 @@ class BrokerControl:
     def restart(self, user=None):
         """Stop the broker cleanly, then run it again (see the module's docstring)."""
         if self._stop("restart", 0.0, user):
-            self._at_exit(self._execute, self._argv, self._cwd)
+            self._at_exit(self._reexec)
+
+    def stop_for_good(self):
+        """A stop asked for from outside (SIGTERM) while a restart is under way: the
+        process ends instead of running again (a service manager stopping it would
+        otherwise see it come back)."""
+        if self.stopping == "restart":
+            self.log.warn("SIGTERM during the restart: stopping for good instead")
+            self.stopping = "shutdown"
+
+    def _reexec(self):
+        if self.stopping == "restart":
+            self._execute(self._argv, self._cwd)
 
     def _stop(self, how, delay, user):
         """Begin stopping, unless a stop was already asked for; True if it began."""

@@ -248,12 +248,27 @@ def test_bad_shutdown_time(setup):
 def test_restart_bkr_re_executes_at_exit(setup):
     """`restart bkr` stops the reactor and leaves the re-execution of the same command
     line, from the same directory, for the interpreter's exit."""
+    executed = []
+    setup.control._execute = lambda argv, cwd: executed.append((argv, cwd))
     setup.run("restart", "bkr")
-    [(execute, argv, cwd)] = setup.exits
-    assert argv and cwd
+    [(at_exit,)] = setup.exits
     setup.reactor.advance(REPLY_GRACE)
     assert setup.reactor.stopped_at is not None
     assert setup.control.state == "RESTARTING"
+    at_exit()
+    [(argv, cwd)] = executed
+    assert argv and cwd
+
+
+def test_sigterm_during_a_restart_stops_for_good(setup):
+    """A SIGTERM while a restart is under way ends the process: nothing re-executes."""
+    executed = []
+    setup.control._execute = lambda argv, cwd: executed.append((argv, cwd))
+    setup.run("restart", "bkr")
+    setup.control.stop_for_good()
+    [(at_exit,)] = setup.exits
+    at_exit()
+    assert executed == [] and setup.control.state == "SHUTTING_DOWN"
 
 
 def test_commands_without_control_say_so(tmp_path):
