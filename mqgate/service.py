@@ -17,6 +17,7 @@ from twisted.logger import ILogObserver, Logger
 from twisted.python.threadpool import ThreadPool
 
 from mqgate import __version__, sniff
+from mqgate.admin.broker_commands import COMMANDS as BROKER_COMMANDS
 from mqgate.admin.requests import AdminContext, AdminRequests, reload_commands
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
 from mqgate.admin.destinations import COMMANDS as DESTINATION_COMMANDS
@@ -34,6 +35,8 @@ from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.net.amqp import AmqpServerFactory, Flusher
+from mqgate.net.connections import ConnectionRegistry
+from mqgate.net.control import BrokerControl
 from mqgate.net.loadwatch import LoadFactorService
 from mqgate.net.ping import PingService
 from mqgate.net.pool import LoginSlots, ServicePool
@@ -78,6 +81,8 @@ class BrokerService(service.MultiService):
     """
 
     store_service = None
+    #: the L{mqgate.net.control.BrokerControl} of the admin commands (S11.1), or None.
+    control = None
     #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
     audit = NO_AUDIT
     #: the log observer made from the mqgate.log.* settings (S5.2) by mqgate.tap, and
@@ -164,6 +169,8 @@ class BrokerService(service.MultiService):
             log.info("mqgate ready")
 
     def _sigterm(self, signum, frame):
+        if self.control is not None:
+            self._reactor.callFromThread(self.control.stop_for_good)
         self._reactor.callFromThread(self._reactor.stop)
 
     def stopService(self):
@@ -424,7 +431,8 @@ def build_broker(settings, reactor):
         audit.setServiceParent(top)
     login_threads.setServiceParent(top)
     registry = ServiceRegistry()
-    _port_mapper(settings, reactor, registry).setServiceParent(top)
+    portmapper = _port_mapper(settings, reactor, registry)
+    portmapper.setServiceParent(top)
     # S9.7: the connected clients (each logged-in connection registers) and the
     # client profiles; the admin service's show commands read both (S11.1).
     clients = ClientRegistry()
@@ -433,9 +441,15 @@ def build_broker(settings, reactor):
     access = _access_control(settings, reactor, reloadables, audit, top)
     if reload_users is not None:
         reloadables.add("users", reload_users)
+    # S11.1: the services, the connections and the broker's stop and restart, for the
+    # svc, cxn and bkr commands; it is given the services once they are made, below.
+    connections = ConnectionRegistry()
+    control = top.control = BrokerControl(
+        reactor, instance=settings.instance, connections=connections, broker=broker,
+        store=store_service.description if store_service is not None else None)
     admin_requests = AdminRequests(
-        AdminContext(broker, clients, profiles, reloadables),
-        {**SHOW_COMMANDS, **reload_commands(reloadables.names()),
+        AdminContext(broker, clients, profiles, reloadables, control=control),
+        {**SHOW_COMMANDS, **reload_commands(reloadables.names()), **BROKER_COMMANDS,
          **DESTINATION_COMMANDS}, audit=audit)
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
@@ -458,6 +472,7 @@ def build_broker(settings, reactor):
         protocols = settings[f"mqgate.{name}.protocols"]
         factory = _service_factory(name, protocols, **shared)
         _attach_pool(top, name, factory, settings, reactor)
+        _attach_registry(name, factory, connections)
         if transport == "tls":
             endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name),
                                        backlog=settings[f"mqgate.{name}.backlog"])
@@ -466,8 +481,10 @@ def build_broker(settings, reactor):
         services.append(ConnectionService(
             name, reactor, endpoint, factory,
             protocol_name="+".join(p.upper() for p in protocols),
-            registry=registry, entry=(transport, kind)))
+            registry=registry, entry=(transport, kind),
+            details=_service_details(settings, name)))
         services[-1].setServiceParent(top)
+    control.services = [portmapper, *services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     return top
@@ -619,6 +636,31 @@ def _attach_pool(top, name, factory, settings, reactor):
     for inner in getattr(factory, "factories", {}).values() or (factory,):
         inner.pool = pool
         inner.login_slots = slots
+
+
+def _attach_registry(name, factory, connections):
+    """List every connection of service C{name} in C{connections} (S11.1), and tell
+    each protocol factory what the admin's connection list calls it."""
+    for engine_factory in (getattr(factory, "factories", {}).values() or (factory,)):
+        engine_factory.registry = connections
+        engine_factory.service_name = name
+        engine_factory.protocol_label = (
+            "STOMP" if isinstance(engine_factory, StompServerFactory) else "AMQP")
+
+
+def _service_details(settings, name):
+    """What `query svc` shows of a service's settings (S11.1)."""
+    details = {
+        "backlog": settings[f"mqgate.{name}.backlog"],
+        "protocols": ",".join(settings[f"mqgate.{name}.protocols"]),
+        "allow_anonymous": settings[f"mqgate.{name}.allow_anonymous"],
+    }
+    if f"mqgate.{name}.threadpool_model" in settings:
+        details.update(
+            thread_model=settings[f"mqgate.{name}.threadpool_model"],
+            min_threads=settings[f"mqgate.{name}.min_threads"],
+            max_threads=settings[f"mqgate.{name}.max_threads"])
+    return details
 
 
 def _store_backlog(settings):

@@ -118,12 +118,15 @@ class AdminContext:
     @ivar profiles: the L{mqgate.egress.profiles.ProfileTable}.
     @ivar reloadables: the L{mqgate.security.access_control.Reloadables} the C{reload}
         command re-reads (access control rules, ...), or None.
+    @ivar control: the L{mqgate.net.control.BrokerControl} (services, connections, the
+        broker's stop and restart) the svc, cxn and bkr commands act on, or None.
     """
 
     broker: object
     clients: object
     profiles: object
     reloadables: object = None
+    control: object = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,11 @@ C{pause_inbound}, C{resume_inbound}.
 The glue calls C{pause_reading}/C{resume_reading} when a producer of the connection is
 blocked by a full destination (S2.7). Either side may pause the socket: it is read again
 only when neither wants it paused (the reasons are kept in a set, so neither side's
-resume undoes the other's pause).
+resume undoes the other's pause). An administrator's C{pause svc} is a third reason
+(C{pause_by_admin}/C{resume_by_admin}, S11.1).
+
+Each connection is listed in the factory's L{mqgate.net.connections.ConnectionRegistry},
+when it has one, under its C{connection_id} while its socket lives.
 
 Work per turn (S10.4): one reactor turn gives one connection's engine at most the
 factory's C{read_slice} bytes and its glue at most the factory's L{EventBudget} of
@@ -51,6 +55,7 @@ __all__ = ["EngineProtocol", "EngineFactory", "EventBudget", "Flusher"]
 _POOL = "pool"
 _FLOW = "flow-control"
 _BACKLOG = "backlog"    # work of the last read waits for the next reactor turn
+_ADMIN = "admin"        # an administrator paused the service (`pause svc`, S11.1)
 
 # Seconds a connection the pool refused has to hear why (an AMQP client needs its SASL
 # and header exchange first) before it is dropped without more words.
@@ -197,6 +202,9 @@ class EngineProtocol(Protocol):
         self._grace_call = None    # drops the socket at the end of CLOSE_GRACE
         self._drained = 0          # bytes dropped since, up to CLOSE_DRAIN
         self._drain_stopped = False
+        self.connection_id = None  # our id in the factory's registry, if it has one
+        self.connected_at = None   # the clock's time at connectionMade
+        self._admin_held = bytearray()  # bytes that came in although paused (see there)
 
     def connectionMade(self):
         """Build the engine and the glue; a peer gets a set-up deadline to say hello."""
@@ -207,6 +215,13 @@ class EngineProtocol(Protocol):
         _no_delay(self.transport)
         self.transport.registerProducer(self, True)
         factory.connections.add(self)
+        self.connected_at = factory.clock.seconds()
+        if factory.registry is not None:
+            self.connection_id = factory.registry.add(self)
+        if factory.paused_by_admin:
+            # Accepted just before the service was paused (or handed over by the
+            # sniffer since): not read until the service resumes.
+            self._pause(_ADMIN)
         if not self._take_login_slot():
             self._refuse_now(factory.login_slots.refusal_description())
             return
@@ -249,6 +264,11 @@ class EngineProtocol(Protocol):
             if self._drained > CLOSE_DRAIN and not self._drain_stopped:
                 self._drain_stopped = True
                 self.transport.pauseProducing()
+            return
+        if _ADMIN in self._pauses:
+            # Read before the pause took hold: the sniffer's replay of a socket's first
+            # bytes, the rest of a read. Bounded by one read; acted on at the resume.
+            self._admin_held += data
             return
         if self._login_slot is not None:
             self._login_slot.heard()   # logging in: its slot frees soon (AcceptPacer)
@@ -345,6 +365,22 @@ class EngineProtocol(Protocol):
     def reading_paused(self):
         """C{True} while the pool or flow control keeps the socket unread."""
         return bool(self._pauses)
+
+    def pause_by_admin(self):
+        """Stop reading the socket: its service was paused (S11.1)."""
+        self._pause(_ADMIN)
+
+    def resume_by_admin(self):
+        """Read the socket again, unless flow control or the pool still hold it; act
+        on what came in while paused first."""
+        self._resume(_ADMIN)
+        held, self._admin_held = self._admin_held, bytearray()
+        if held and not self._lost:
+            self.dataReceived(bytes(held))
+
+    @property
+    def paused_by_admin(self):
+        return _ADMIN in self._pauses
 
     def _pause(self, reason):
         if not self._pauses and not self._gone():
@@ -524,6 +560,8 @@ class EngineProtocol(Protocol):
         # late) must not write or half-close a socket that no longer exists.
         self._lost = True
         self.factory.connections.discard(self)
+        if self.connection_id is not None:
+            self.factory.registry.remove(self.connection_id)
         self._release_login_slot()
         self._cancel_tick()
         if self._go_on_call is not None and self._go_on_call.active():
@@ -588,6 +626,8 @@ class EngineProtocol(Protocol):
         if engine is None or engine.finished:
             return
         now = self.factory.clock.seconds()
+        if _ADMIN in self._pauses:
+            _presume_alive(engine)
         deadline = engine.tick(now)
         if not engine.ready and not engine.finished:
             if now >= self._setup_deadline:
@@ -619,6 +659,15 @@ def _no_handle():
     return None
 
 
+def _presume_alive(engine):
+    """Count the peer as heard from: we are the ones not reading it (its service is
+    paused), so its silence is ours and must not end the connection for an idle
+    timeout or a missed heart-beat. Once reading resumes, the timers run as before.
+    (Both engines learn of traffic through this flag, set when bytes arrive.)"""
+    if hasattr(engine, "_rx"):
+        engine._rx = True
+
+
 class EngineFactory(Factory):
     """What every engine-driven service shares; subclasses say which engine and glue.
 
@@ -635,6 +684,10 @@ class EngineFactory(Factory):
     event_budget = None  # an EventBudget, or None: the engine bounds its own work
     read_slice = None   # bytes given to the engine per turn, or None: a whole read
     speaks_first = False  # whether the protocol may send its error before the peer spoke
+    registry = None     # the broker's ConnectionRegistry (S11.1), or None: not listed
+    service_name = None  # the connection service the factory serves
+    protocol_label = "?"  # what the admin's connection list calls the protocol
+    paused_by_admin = False  # `pause svc`: new connections are not read either
     noisy = False  # ConnectionService logs one line per service; per-connection is noise
 
     def __init__(self, *, clock, flusher, setup_timeout, egress=None):

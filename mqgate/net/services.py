@@ -1,7 +1,8 @@
 """
 Connection services as Twisted services (S1.1, S1.4, S1.5): each listens on an endpoint
 and says where it really listens; a L{ServiceRegistry} collects what is running for the
-port mapper (S1.3).
+port mapper (S1.3). A service can be paused by an administrator (S11.1): it accepts no
+new sockets and reads none of its connections until it is resumed.
 """
 
 from twisted.application import service
@@ -49,13 +50,15 @@ class ConnectionService(service.Service):
     @param endpoint: a C{serverFromString} description, or an C{IStreamServerEndpoint}
         (TLS with an encrypted key cannot be described as text).
     @param entry: C{(transport, type)} to publish in the port mapper, or None.
+    @param details: what C{query svc} shows of its settings (bind address, threads ...).
     @ivar address: the bound C{IAddress} while listening (dynamic ports resolved).
+    @ivar paused: whether an administrator paused it (L{pause}).
     """
 
     log = Logger()
 
     def __init__(self, name, reactor, endpoint, factory, protocol_name="AMQP",
-                 registry=None, entry=None):
+                 registry=None, entry=None, details=None):
         self.setName(name)
         self._reactor = reactor
         self.endpoint = endpoint
@@ -66,6 +69,69 @@ class ConnectionService(service.Service):
         self.address = None
         self._port = None
         self._pacer = None
+        self.details = dict(details or {})
+        self.paused = False
+        self._held_read = None   # the port's own doRead while paused (see pause)
+
+    @property
+    def kind(self):
+        """C{NORMAL}, C{ADMIN} or C{PORTMAPPER}: the type the port mapper shows."""
+        return self.entry[1] if self.entry is not None else "NORMAL"
+
+    @property
+    def state(self):
+        if not self.running:
+            return "STOPPED"
+        return "PAUSED" if self.paused else "RUNNING"
+
+    def engine_factories(self):
+        """The engine factories behind the port (one per protocol; the sniffer's)."""
+        inner = getattr(self.factory, "factories", None)
+        factories = list(dict.fromkeys(inner.values())) if inner else [self.factory]
+        return [f for f in factories if hasattr(f, "connections")]
+
+    def pause(self):
+        """Accept no new sockets and read none of the connections (S11.1): new clients
+        wait in the kernel's listen queue, unanswered, until L{resume}."""
+        if self.paused:
+            return
+        self.paused = True
+        for factory in self.engine_factories():
+            factory.paused_by_admin = True
+            for protocol in list(factory.connections):
+                protocol.pause_by_admin()
+        self._stop_accepting()
+
+    def resume(self):
+        """Undo L{pause}: read the connections again and accept new ones."""
+        if not self.paused:
+            return
+        self.paused = False
+        for factory in self.engine_factories():
+            factory.paused_by_admin = False
+            for protocol in list(factory.connections):
+                protocol.resume_by_admin()
+        self._start_accepting()
+
+    def _stop_accepting(self):
+        port = self._port
+        if port is None or not hasattr(port, "stopReading"):
+            return
+        # The accept pacer (S4.2) may start reading the port again when a login slot
+        # frees: while paused, a wake-up goes straight back to sleep instead.
+        self._held_read = port.__dict__.get("doRead")
+        port.doRead = port.stopReading
+        port.stopReading()
+
+    def _start_accepting(self):
+        port = self._port
+        if port is None or not hasattr(port, "startReading"):
+            return
+        if self._held_read is not None:
+            port.doRead, self._held_read = self._held_read, None
+        else:
+            port.__dict__.pop("doRead", None)
+        port.startReading()
 
     def startService(self):
         """Start listening; a failure to bind stops the broker with a message."""
@@ -85,6 +151,8 @@ class ConnectionService(service.Service):
             # S4.2: accept no faster than logins free the service's slots.
             self._pacer = AcceptPacer(slots, self._reactor)
             self._pacer.attach(port)
+        if self.paused:
+            self._stop_accepting()   # paused before the port was bound
         if self.registry is not None and self.entry is not None:
             transport, kind = self.entry
             self.registry.register(ServiceEntry(self.name, transport, kind,
@@ -111,6 +179,7 @@ class ConnectionService(service.Service):
         if self._pacer is not None:
             self._pacer.detach()
             self._pacer = None
+        self._held_read = None
         if self._port is not None:
             port, self._port = self._port, None
             return port.stopListening()
