@@ -41,7 +41,7 @@ from twisted.internet import task
 from twisted.logger import Logger
 
 from mqgate.amqp.message import Header, Properties, build_message
-from mqgate.amqp.types import Byte, Int, Symbol, Timestamp, UByte, UInt
+from mqgate.amqp.types import Byte, Int, Symbol, Timestamp
 from mqgate.core.addresses import QUEUE, TOPIC, NotFound
 from mqgate.core.broker import Unauthorized
 from mqgate.core.message import BrokerMessage
@@ -239,8 +239,10 @@ def metrics_message(name, fields, *, now, host, port, settings, message_id=None)
     expiry_ms = millis + ttl * 1000 if ttl > 0 else None
     encoded = build_message(
         fields,
-        header=Header(durable=settings.persist, priority=UByte(PRIORITY),
-                      ttl=UInt(ttl * 1000) if ttl > 0 else None),
+        # Plain ints: the header's field types say how they are encoded, and the
+        # STOMP mapping renders the values as they are here.
+        header=Header(durable=settings.persist, priority=PRIORITY,
+                      ttl=ttl * 1000 if ttl > 0 else None),
         message_annotations={_JMS_MSG_TYPE: _JMS_MAP_MESSAGE, _JMS_DEST: _JMS_TOPIC},
         properties=Properties(message_id=message_id, to=name,
                               creation_time=Timestamp(millis),
