@@ -365,6 +365,13 @@ class MetricsTopics(service.Service):
 
     def _publish(self, name, topic, subscriptions):
         try:
+            self._sample_and_send(name, topic, subscriptions)
+        except Exception:
+            # One topic's failure must not stop the others, nor the next interval.
+            self.log.failure("publishing a sample on {name} failed", name=name)
+
+    def _sample_and_send(self, name, topic, subscriptions):
+        try:
             fields = self._fields(name)
         except NotFound:
             return      # the destination went away: nothing to sample

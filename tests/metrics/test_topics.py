@@ -1,6 +1,7 @@
 """The metrics topics publisher (S5.3, FACTS 1.5) on a real core and a task.Clock."""
 
 import pytest
+from twisted.logger import capturedLogs, formatEvent
 
 from mqgate.amqp.message import AMQP_VALUE, parse_message
 from mqgate.core import BrokerMessage
@@ -261,3 +262,23 @@ def test_a_full_subscription_gets_no_more_samples():
     for _ in range(10):
         clock.advance(1)
     assert consumer.queue.held == 3
+
+
+def test_a_failing_sample_is_logged_and_the_others_go_on():
+    """A topic whose sample fails is logged; the other topics and the next interval
+    are published all the same."""
+    metrics, broker, clock = _publisher(TopicSettings(interval=10))
+    _, jvm = consume(broker, "topic://mq.metrics.jvm", credit=10)
+    _, totals = consume(broker, "topic://mq.metrics.broker", credit=10)
+    clock.advance(0)
+
+    def broken():
+        raise OSError("no /proc")
+    metrics._sample = broken
+    with capturedLogs() as events:
+        clock.advance(10)
+    assert any("mq.metrics.jvm" in formatEvent(e) for e in events
+               if e.get("log_failure") is not None)
+    metrics._sample = lambda: _SAMPLE
+    clock.advance(10)
+    assert (len(jvm.deliveries), len(totals.deliveries)) == (2, 3)
