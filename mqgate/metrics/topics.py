@@ -335,7 +335,11 @@ class MetricsTopics(service.Service):
         kind, destination = sampled
         if kind is not None:
             # Bounded by the destinations that exist: a client cannot make one metrics
-            # topic after another for names that name nothing.
+            # topic after another for names that name nothing, nor for the metrics
+            # topics themselves (the broker's own mq.* ones are not listed either).
+            if destination.startswith(_INTERNAL):
+                raise NotFound(f"no topic {name}: the broker's own {_INTERNAL}* "
+                               "destinations have no metrics topics")
             self._destination(kind, destination)
         self._topics[name] = self.broker.create_topic(name)
 

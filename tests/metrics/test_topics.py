@@ -189,6 +189,17 @@ def test_metrics_of_a_missing_destination_are_refused():
     assert broker.topics() == []
 
 
+def test_metrics_topics_have_no_metrics_topics():
+    """The broker's own mq.* destinations have no metrics topic: a client cannot
+    stack mq.metrics.destination.topic.mq.metrics... names."""
+    metrics, broker, clock = _publisher()
+    consume(broker, "topic://mq.metrics.broker")
+    with pytest.raises(NotFound) as error:
+        consume(broker, "topic://mq.metrics.destination.topic.mq.metrics.broker")
+    assert "broker's own" in error.value.description
+    assert broker.topics() == ["mq.metrics.broker"]
+
+
 def test_disabled_refuses_subscriptions_and_publishes_nothing():
     """With mqgate.metrics.topic.enabled=false a subscription is refused naming the
     setting."""
