@@ -256,7 +256,7 @@ def metrics_message(name, fields, *, now, host, port, settings, message_id=None)
                          message_id=message_id)
 
 
-# -- the publisher ------------------------------------------------------------------------
+# -- the publisher ----------------------------------------------------------------------
 
 class MetricsTopics(service.Service):
     """Publishes the metrics topics of one broker (S5.3).
@@ -319,8 +319,8 @@ class MetricsTopics(service.Service):
         if operation != "consume":
             raise Unauthorized(f"{name}: only the broker publishes under {PREFIX}")
         if kind != TOPIC:
-            raise NotFound(f"no queue {name}: the metrics destinations are topics (subscribe"
-                           f" to topic://{name}, or /topic/{name} over STOMP)")
+            raise NotFound(f"no queue {name}: the metrics destinations are topics"
+                           f" (subscribe to topic://{name}, or /topic/{name} over STOMP)")
         try:
             sampled = metrics_topic_of(name)
         except ValueError:

@@ -194,8 +194,9 @@ def test_only_the_admin_group_may_subscribe(broker, open_client):
     client = open_client(broker.address("stomp"), user="bob", passcode="bob")
     client.connection.subscribe("/topic/mq.metrics.broker", id="s1")
     error = client.collector.wait_for_error()
-    assert error.headers["message"] == ("user bob may not consume from topic "
-                                        "mq.metrics.broker (rule topic.mq.metrics.#.consume)")
+    assert error.headers["message"] == (
+        "user bob may not consume from topic mq.metrics.broker"
+        " (rule topic.mq.metrics.#.consume)")
     conn = connect(broker, user="bob", password="bob")
     try:
         with pytest.raises(LinkDetached) as info:

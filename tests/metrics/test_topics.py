@@ -168,7 +168,8 @@ def test_clients_may_not_produce_under_mq_metrics():
 
 
 @pytest.mark.parametrize("address", [
-    "topic://mq.metrics.nonsense", "topic://mq.metrics.#", "topic://mq.metrics.destination.queue.",
+    "topic://mq.metrics.nonsense", "topic://mq.metrics.#",
+    "topic://mq.metrics.destination.queue.",
     "queue://mq.metrics.broker",
 ])
 def test_other_names_under_mq_metrics_are_refused(address):
