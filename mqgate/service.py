@@ -9,6 +9,7 @@ depend on goes away (design rule 6).
 import gc
 import os
 import signal
+import socket
 
 from twisted.application import service
 from twisted.internet import defer
@@ -34,6 +35,7 @@ from mqgate.glue.ingress import IngressBudget
 from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
+from mqgate.metrics.topics import MetricsTopics, TopicSettings
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.connections import ConnectionRegistry
 from mqgate.net.control import BrokerControl
@@ -436,6 +438,7 @@ def build_broker(settings, reactor):
     # S9.7: the connected clients (each logged-in connection registers) and the
     # client profiles; the admin service's show commands read both (S11.1).
     clients = ClientRegistry()
+    _metrics_topics(settings, broker, clients, reactor, portmapper).setServiceParent(top)
     profiles = profiles_from_settings(settings.family(CLIENT_PROFILE_PREFIX))
     reloadables = top.reloadables = Reloadables()
     access = _access_control(settings, reactor, reloadables, audit, top)
@@ -576,6 +579,23 @@ def _port_mapper(settings, reactor, registry):
         endpoint_description(host, port, settings["mqgate.portmapper.backlog"]),
         PortMapperFactory(table, reactor), protocol_name="port mapper",
         registry=registry, entry=("tcp", "PORTMAPPER"))
+
+
+def _metrics_topics(settings, broker, clients, reactor, portmapper):
+    """The metrics topics' publisher (S5.3); its samples name the broker by its host
+    and its port mapper's port, as the source system's do (FACTS 1.5)."""
+    host = settings.portmapper_address()[0]
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+
+    def identity():
+        address = portmapper.address   # the port the OS chose, once listening
+        if address is None:
+            return host, settings.portmapper_address()[1]
+        return host, address.port
+
+    return MetricsTopics(broker, clients, reactor, TopicSettings.from_settings(settings),
+                         identity=identity)
 
 
 def _tls_context(settings, name):

@@ -763,6 +763,19 @@ KEYS = (
     Key("mqgate.egress.slow_subscriber.threshold", Int(0, 100), "50",
         "Percentage of the last minute a client may spend with data queued and its "
         "connection unable to take it before it counts as a slow subscriber."),
+    # -- metrics topics: mq.metrics.* published by the broker (S5.3, FACTS 1.5) --
+    Key("mqgate.metrics.topic.enabled", Bool(), "true",
+        "Publish samples on the metrics topics (mq.metrics.broker, mq.metrics.jvm, "
+        "mq.metrics.destination_list, mq.metrics.destination.queue.NAME and "
+        ".topic.NAME) to their subscribers; when false, subscribing to them is refused."),
+    Key("mqgate.metrics.topic.interval", Seconds(1, 86400), "60",
+        "Seconds between two samples on each metrics topic that has a subscriber (a "
+        "new subscriber gets one at once)."),
+    Key("mqgate.metrics.topic.timetolive", Seconds(0, 31536000), "300",
+        "Seconds a metrics sample lives before it expires unread; 0 means never."),
+    Key("mqgate.metrics.topic.persist", Bool(), "false",
+        "Send metrics samples as persistent messages (a durable subscriber then keeps "
+        "them over a restart)."),
     # -- connection services: ping, TLS material, password file (S1.7, S1.8, S4.6) --
     Key("mqgate.ping.interval", Int(-1, 86400), "120",
         "Seconds between probes of every connection (an AMQP empty frame, a STOMP "

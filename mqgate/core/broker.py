@@ -516,10 +516,20 @@ class Broker:
         queue or topic is made (C{"create"}) or goes away (C{"destroy"}), temporary
         ones aside, for the audit trail (S4.8); C{user} is C{None} (the core does not
         know who asked). C{None}: nobody listens.
+    @ivar reserved: C{reserved(kind, name, operation)} (operation C{"produce"} or
+        C{"consume"}) is asked before a producer or consumer uses a name, and raises
+        (L{Unauthorized}, L{NotFound}) when names the broker keeps for itself refuse
+        it (S5.3: the metrics topics); once per attach, and once per address an
+        anonymous producer routes to (its route cache). C{None}: no name is reserved.
+    @ivar on_subscribe: C{on_subscribe(name, queue)} is called when a consumer is
+        attached to a subscription queue of the topic name or pattern C{name} (S5.3:
+        a new metrics subscriber gets a sample at once). C{None}: nobody listens.
     """
 
     log = Logger(namespace="mqgate.broker")
     on_destination = None
+    reserved = None
+    on_subscribe = None
 
     def __init__(self, clock, config=CoreConfig(), persistence=None, audit=None):
         self.clock = clock
@@ -557,6 +567,8 @@ class Broker:
             return Producer(None, None, self._route, self._next_seq, self._system,
                             backlog)
         kind, name = self._resolve(address, capabilities)
+        if self.reserved is not None:
+            self.reserved(kind, name, "produce")
         destination = self._destination(kind, name)
         return Producer(canonical(kind, name), destination, None, self._next_seq,
                         self._system, backlog)
@@ -608,6 +620,8 @@ class Broker:
             kind, name = resolve(address, capabilities, self.config.default_type)
             if not self._resumes_durable(container_id, durable_name, kind, name):
                 self._check_name(kind, name)
+            if self.reserved is not None:
+                self.reserved(kind, name, "consume")
         if kind == QUEUE:
             queue = temporary or self._private(self._destination(QUEUE, name), requester)
         else:
@@ -623,6 +637,8 @@ class Broker:
             selector=selector,
             on_close=functools.partial(self._consumer_closed, temporary=temporary))
         queue.attach(consumer)
+        if queue.pattern is not None and self.on_subscribe is not None:
+            self.on_subscribe(queue.pattern, queue)
         return consumer
 
     def destroy_durable(self, container_id, durable_name, requester=None):
@@ -957,6 +973,8 @@ class Broker:
         destination = self._routes.get(to)
         if destination is None:
             kind, name = self._resolve(to, ())
+            if self.reserved is not None:
+                self.reserved(kind, name, "produce")
             destination = self._destination(kind, name)
             if len(self._routes) >= _ROUTE_CACHE_MAX:
                 self._routes.clear()
@@ -1109,6 +1127,11 @@ class Broker:
                 "durable subscription {name!r} of {client!r} kept although {why}; it could"
                 " not be made again", name=durable_name, client=container_id,
                 why=error.description)
+
+    def next_seq(self):
+        """A new message number, for a message the broker makes and enqueues itself
+        (S5.3: metrics samples); producers number theirs in L{Producer.send}."""
+        return self._next_seq()
 
     def continue_seq(self, after):
         """Number messages from C{after + 1} on (recovery: above every stored id).

@@ -101,6 +101,11 @@ queue.*.browse.allow.user=*
 topic.*.produce.allow.user=*
 topic.*.consume.allow.user=*
 
+# The broker's metrics topics (mq.metrics.*) name every destination and its traffic:
+# only the admin group may subscribe to them.
+topic.mq.metrics.#.consume.deny.user=*
+topic.mq.metrics.#.consume.allow.group=admin
+
 # Auto-creating destinations.
 queue.create.allow.user=*
 topic.create.allow.user=*

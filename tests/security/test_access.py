@@ -47,7 +47,7 @@ def test_shipped_file_is_the_one_installed_and_parses():
     """etc/accesscontrol.properties is the text installed at first start, and parses."""
     shipped = (ROOT / "etc" / "accesscontrol.properties").read_text(encoding="utf-8")
     assert shipped == DEFAULT_FILE_TEXT
-    assert len(parse_rules(shipped)) == 10
+    assert len(parse_rules(shipped)) == 12
 
 
 @pytest.mark.parametrize("text, line, words", [
@@ -101,6 +101,11 @@ def test_shipped_rules():
         assert may(r, "bob", {"user"}, "queue", "orders", operation)
     assert may(r, "guest", {"anonymous"}, "topic", "news.eu", "consume")
     assert r.create("bob", {"user"}, "queue").allowed
+    # The metrics topics (S5.3): the admin group only.
+    assert may(r, "admin", {"admin"}, "topic", "mq.metrics.broker", "consume")
+    assert may(r, "admin", {"admin"}, "topic", "mq.metrics.destination.queue.q", "consume")
+    assert not may(r, "bob", {"user"}, "topic", "mq.metrics.broker", "consume")
+    assert not may(r, "guest", {"anonymous"}, "topic", "mq.metrics.jvm", "consume")
 
 
 def test_anything_not_allowed_is_denied():
