@@ -65,7 +65,7 @@ from mqgate.security.auth import AuthenticationFailed
 from mqgate.security.guard import LoginBusy
 from mqgate.web.site import json_body
 
-__all__ = ["AdminApi", "HttpError", "basic_credentials"]
+__all__ = ["AdminApi", "HttpError", "basic_credentials", "broker_health"]
 
 #: The challenge of a 401 (RFC 7617; the charset says how the password is encoded).
 CHALLENGE = b'Basic realm="mqgate admin", charset="UTF-8"'
@@ -270,7 +270,8 @@ class AdminApi:
         # No route (404), or a route without this method (405): JSON like the rest.
         error = failure.value
         if isinstance(error, MethodNotAllowed) and error.valid_methods:
-            request.setHeader(b"allow", ", ".join(error.valid_methods).encode("ascii"))
+            request.setHeader(b"allow",
+                              ", ".join(sorted(error.valid_methods)).encode("ascii"))
         return _error(request, error.code, error.description
                       if error.code != 404 else _no_resource(request).args[0])
 
@@ -419,6 +420,23 @@ def _refusal_reply(failure):
     like a command that refused it; anything else goes on down the errbacks."""
     failure.trap(AdminError)
     return Reply(str(failure.value), status=failure.value.status)
+
+
+def broker_health(top):
+    """C{/healthz}'s check of a L{mqgate.service.BrokerService}: C{() -> (ok, why)}.
+
+    Healthy while the broker runs (it stops being so as soon as a shutdown begins) and
+    its message store can write (a failing or broken store is unhealthy, S3.6)."""
+    def health():
+        if not top.running:
+            return False, "the broker is not running"
+        persistence = getattr(top.broker, "persistence", None)
+        status = persistence.store_status() if persistence is not None else None
+        if status is not None and status["state"] != "healthy":
+            why = status.get("reason") or "see the broker's log"
+            return False, f"the message store is {status['state']}: {why}"
+        return True, None
+    return health
 
 
 # -- reading requests ---------------------------------------------------------------------
