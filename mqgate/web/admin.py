@@ -129,7 +129,7 @@ class AdminApi:
     """
 
     app = Klein()
-    log = Logger(namespace="mqgate.admin")
+    log = Logger()
 
     def __init__(self, requests, authenticator, *, access=None, service="httpadmin",
                  audit=NO_AUDIT, health=lambda: (True, None)):

@@ -130,6 +130,7 @@ def web_service(name, reactor, endpoint, resource, *, transport, kind, registry=
     """
     site = make_site(resource, timeout=timeout, max_body=max_body)
     factory = ThrottlingFactory(site, maxConnectionCount=max_connections)
+    factory.noisy = False
     return ConnectionService(name, reactor, endpoint, factory,
                              protocol_name=transport.upper(), registry=registry,
                              entry=(transport, kind))
