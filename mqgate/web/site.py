@@ -20,8 +20,10 @@ every HTTP service of the broker shares is here:
 import io
 import json
 
+from twisted.internet.interfaces import IProtocolNegotiationFactory
 from twisted.protocols.policies import ThrottlingFactory
 from twisted.web import server
+from zope.interface import implementer
 
 from mqgate.net.services import ConnectionService, endpoint_description
 from mqgate.net.tls import server_endpoint
@@ -119,6 +121,20 @@ def make_site(resource, *, timeout=60, max_body=64 * 1024):
     return site
 
 
+@implementer(IProtocolNegotiationFactory)
+class _Throttled(ThrottlingFactory):
+    """The site behind a bound on its connections, still offering HTTP/1.1 over ALPN.
+
+    A TLS client that offers ALPN (curl offers h2 and http/1.1) must be answered with
+    a protocol both speak: a wrapper that offered nothing would fail its handshake.
+    Only HTTP/1.1, whose requests L{BoundedRequest} bounds."""
+
+    noisy = False
+
+    def acceptableProtocols(self):
+        return [b"http/1.1"]
+
+
 def web_service(name, reactor, endpoint, resource, *, transport, kind, registry=None,
                 timeout=60, max_body=64 * 1024, max_connections=64):
     """The L{ConnectionService} of HTTP service C{name}, serving C{resource}.
@@ -129,8 +145,7 @@ def web_service(name, reactor, endpoint, resource, *, transport, kind, registry=
         as soon as it is accepted.
     """
     site = make_site(resource, timeout=timeout, max_body=max_body)
-    factory = ThrottlingFactory(site, maxConnectionCount=max_connections)
-    factory.noisy = False
+    factory = _Throttled(site, maxConnectionCount=max_connections)
     return ConnectionService(name, reactor, endpoint, factory,
                              protocol_name=transport.upper(), registry=registry,
                              entry=(transport, kind))

@@ -260,6 +260,16 @@ def test_httpsadmin_over_verified_tls(tls_broker):
                            scheme="https", context=context, service="httpsadmin",
                            host="localhost")
     assert status == 200 and data[0]["name"] == "default"
+    # A client offering HTTP/2 and HTTP/1.1 over ALPN, as curl does, gets HTTP/1.1.
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    conn = http.client.HTTPSConnection("localhost", tls_broker.port("httpsadmin"),
+                                       context=context, timeout=TIMEOUT)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        assert conn.sock.selected_alpn_protocol() == "http/1.1"
+    finally:
+        conn.close()
     with pytest.raises(urllib.error.URLError) as info:
         call(tls_broker, "GET", "/healthz", scheme="https", service="httpsadmin",
              context=ssl.create_default_context(), host="localhost")
