@@ -164,6 +164,20 @@ def test_no_or_wrong_credentials_are_a_401(broker):
     assert data["error"] == "authentication failed for user 'admin'"
 
 
+def test_failed_http_logins_are_slowed_like_any_other(broker_factory):
+    """The login guard slows an address down once its free failures are spent, HTTP
+    Basic logins included: with one free failure, the second wrong password waits
+    about half a second and the third about a second."""
+    broker = broker_factory({"mqgate.authentication.failures.free": "1"})
+    times = []
+    for _ in range(3):
+        start = time.monotonic()
+        assert call(broker, "GET", "/api/clients", password="wrong")[0] == 401
+        times.append(time.monotonic() - start)
+    assert times[1] >= 0.45, times
+    assert times[2] >= 0.9, times
+
+
 def test_a_user_outside_the_admin_group_is_a_403(broker):
     """alice (group user) logs in but may not use the admin API."""
     status, _, data = call(broker, "GET", "/api/client-profiles", user="alice")
