@@ -15,7 +15,7 @@ from mqgate.security.auth import AuthenticationFailed, Principal
 from mqgate.security.guard import LoginBusy
 from mqgate.web.admin import AdminApi
 from mqgate.web.site import make_site
-from tests.web.http import basic, exchange, send, Response
+from tests.web.wire import basic, exchange, send, Response
 
 ADMIN = basic("admin", "secret")
 
