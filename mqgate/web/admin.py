@@ -55,11 +55,10 @@ from urllib.parse import unquote_to_bytes
 from klein import Klein
 from twisted.internet import defer
 from twisted.logger import Logger
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from mqgate.admin.options import destination_type
 from mqgate.admin.requests import (
-    NOT_FOUND, OK, AdminError, AdminRequest, BadRequest, NotFoundError, Reply, dispatch)
+    NOT_FOUND, OK, AdminError, AdminRequest, BadRequest, Reply, dispatch)
 from mqgate.security.audit import NO_AUDIT
 from mqgate.security.auth import AuthenticationFailed
 from mqgate.security.guard import LoginBusy
@@ -265,15 +264,23 @@ class AdminApi:
             return _json(request, OK, {"status": "ok"})
         return _json(request, 503, {"status": "unavailable", "error": why})
 
-    @app.handle_errors(HTTPException)
+    @app.handle_errors
     def routing_error(self, request, failure):
-        # No route (404), or a route without this method (405): JSON like the rest.
+        # Klein's routing raises werkzeug's HTTP errors: no route (404), or a route
+        # without this method (405, with the methods it takes). JSON like the rest.
         error = failure.value
-        if isinstance(error, MethodNotAllowed) and error.valid_methods:
-            request.setHeader(b"allow",
-                              ", ".join(sorted(error.valid_methods)).encode("ascii"))
-        return _error(request, error.code, error.description
-                      if error.code != 404 else _no_resource(request).args[0])
+        status = getattr(error, "code", None)
+        if not isinstance(status, int):
+            self.log.failure("HTTP admin request {request} failed", failure,
+                             request=_describe(request))
+            return _error(request, 500, "the broker failed to answer; see its log")
+        methods = getattr(error, "valid_methods", None)
+        if status == 405 and methods:
+            request.setHeader(b"allow", ", ".join(sorted(methods)).encode("ascii"))
+        if status == 404:
+            return _error(request, 404, str(_no_resource(request)))
+        return _error(request, status, getattr(error, "description", None) or
+                      "the request cannot be answered")
 
     # -- destinations -----------------------------------------------------------------
 
