@@ -62,13 +62,15 @@ from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
 from mqgate.store.factory import open_store
+from mqgate.web.admin import AdminApi, broker_health
+from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
 
 log = Logger(namespace="mqgate")
 
 # The services this version can run; the others of S1.1 come with their issues.
-_RUNNABLE = ("jms", "admin", "stomp", "ssljms", "ssladmin")
+_RUNNABLE = ("jms", "admin", "stomp", "ssljms", "ssladmin", "httpadmin", "httpsadmin")
 
 
 class BrokerService(service.MultiService):
@@ -471,6 +473,9 @@ def build_broker(settings, reactor):
             log.warn("service {name} is not available in this version; skipped", name=name)
             continue
         kind, transport = SERVICES[name]
+        if transport in (HTTP, HTTPS):
+            _admin_api_service(name, top, registry, **shared).setServiceParent(top)
+            continue
         host, port = settings.service_address(name)
         protocols = settings[f"mqgate.{name}.protocols"]
         factory = _service_factory(name, protocols, **shared)
@@ -491,6 +496,23 @@ def build_broker(settings, reactor):
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     return top
+
+
+def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests,
+                       authenticator, access, audit, **_):
+    """The HTTP admin API on service C{name} (S11.2): the admin service's commands and
+    context, the broker's logins, the service's access rules."""
+    _kind, transport = SERVICES[name]
+    host, port = settings.service_address(name)
+    tls = _tls_context(settings, name) if transport == HTTPS else None
+    api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
+                   audit=audit, health=broker_health(top))
+    return web_service(
+        name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
+        api.resource(), transport=transport, kind="ADMIN", registry=registry,
+        timeout=settings["mqgate.adminapi.idle_timeout"],
+        max_body=settings["mqgate.adminapi.max_body_size"],
+        max_connections=settings["mqgate.adminapi.max_connections"])
 
 
 def _access_control(settings, reactor, reloadables, audit, top):

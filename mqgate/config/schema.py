@@ -302,6 +302,9 @@ SERVICES = {
     "ssladmin": ("ADMIN", "tls"),
     # A STOMP-only messaging service, on the port STOMP clients expect (issue 5).
     "stomp": ("NORMAL", "tcp"),
+    # The HTTP admin API (S11.2), in clear and over TLS.
+    "httpadmin": ("ADMIN", "http"),
+    "httpsadmin": ("ADMIN", "https"),
 }
 
 # The wire protocols each service accepts by default (S1.1): messaging services tell
@@ -413,6 +416,31 @@ KEYS = (
     Key("mqgate.service.activelist", TextList(tuple(SERVICES)), "jms,admin",
         "Services started at start-up."),
     *_service_rows(),
+    # -- the HTTP admin API (S11.2; mqgate.web.admin) -----------------------------------
+    *(row for service, protocol in (("httpadmin", "http"), ("httpsadmin", "https"))
+      for row in (
+          Key(f"mqgate.{service}.{protocol}.port", _PORT, "0",
+              f"Port of the {service} service, the HTTP admin API over "
+              f"{protocol.upper()}; 0 lets the OS choose one, published by the port "
+              "mapper."),
+          Key(f"mqgate.{service}.{protocol}.hostname", Text(), "",
+              f"Bind address of the {service} service; empty means mqgate.hostname."))),
+    Key("mqgate.httpsadmin.ssl.client_auth", Choice(("none", "want", "need")), "none",
+        "TLS client certificates on the httpsadmin service: none (not asked for), want "
+        "(asked for) or need (a client without a certificate the CA file verifies "
+        "fails the TLS handshake). Requests still log in with HTTP Basic."),
+    Key("mqgate.httpsadmin.ssl.ca_file", Text(), "",
+        "PEM file of the CA certificates that sign client certificates of the "
+        "httpsadmin service; required when ssl.client_auth is want or need."),
+    Key("mqgate.adminapi.max_body_size", Size(1024, 16 << 20), "64k",
+        "Largest request body the HTTP admin API accepts (httpadmin and httpsadmin); a "
+        "larger one is refused with 413 before it is read."),
+    Key("mqgate.adminapi.idle_timeout", Seconds(1, 86400), "60",
+        "Seconds an HTTP admin API connection may stay idle before the broker closes "
+        "it."),
+    Key("mqgate.adminapi.max_connections", Int(1, 100000), "64",
+        "HTTP admin API connections open at once at most, per service; one more is "
+        "closed as soon as it is accepted."),
     # -- thread pools (S1.6; defaults of FACTS 1.7, the stomp service takes jms's) ----
     *(row for service, low, high in (("jms", 10, 1000), ("admin", 4, 10),
                                      ("ssljms", 10, 500), ("ssladmin", 4, 10),
@@ -862,7 +890,9 @@ SHIPPED_OVERRIDES = {
     "mqgate.hostname": "127.0.0.1",
     "mqgate.jms.tcp.port": "5672",
     "mqgate.stomp.tcp.port": "61613",
-    "mqgate.service.activelist": "jms,admin,stomp",
+    # The HTTP admin API on the port of Artemis' web console.
+    "mqgate.httpadmin.http.port": "8161",
+    "mqgate.service.activelist": "jms,admin,stomp,httpadmin",
 }
 
 REGENERATE = (

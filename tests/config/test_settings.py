@@ -172,7 +172,8 @@ def test_unknown_key_reported_once():
     ("mqgate.message.max_size", "70x",
      "a size in bytes: a whole number, optionally followed by b, k, m or g (e.g. 70m)"),
     ("mqgate.service.activelist", "jms,mqtt",
-     "a comma-separated list of: jms, ssljms, httpjms, httpsjms, admin, ssladmin, stomp"),
+     "a comma-separated list of: jms, ssljms, httpjms, httpsjms, admin, ssladmin, stomp, "
+     "httpadmin, httpsadmin"),
     ("mqgate.instancename", "my broker", "1 to 32 letters, digits or underscores"),
 ])
 def test_bad_value_from_file_names_key_value_allowed_and_line(key, value, allowed):
@@ -348,7 +349,8 @@ def test_shipped_file_parses_and_lists_every_key():
     assert settings.warnings == ()
     assert settings["mqgate.jms.tcp.port"] == 5672
     assert settings["mqgate.hostname"] == "127.0.0.1"
-    assert settings["mqgate.service.activelist"] == ("jms", "admin", "stomp")
+    assert settings["mqgate.service.activelist"] == ("jms", "admin", "stomp", "httpadmin")
+    assert settings["mqgate.httpadmin.http.port"] == 8161
     assert settings["mqgate.stomp.tcp.port"] == 61613
 
 

@@ -41,6 +41,7 @@ EPHEMERAL_PORTS = {
     "mqgate.admin.tcp.port": "0",
     "mqgate.stomp.tcp.port": "0",
     "mqgate.portmapper.port": "0",
+    "mqgate.httpadmin.http.port": "0",
 }
 
 #: Start-up covers interpreter start, plugin discovery and binding ports; on the

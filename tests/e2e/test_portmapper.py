@@ -139,12 +139,13 @@ def test_client_that_writes_nothing_gets_the_same_table(broker, raw_table):
 
 
 def test_only_active_services_are_listed(broker_factory):
-    """S1.2/S1.3: with the shipped activelist (jms, admin, stomp) no TLS service is
-    listed, and every listed port accepts connections."""
+    """S1.2/S1.3: with the shipped activelist (jms, admin, stomp, httpadmin) no TLS
+    service is listed, and every listed port accepts connections."""
     shipped = broker_factory()
     host, port = shipped.address("portmapper")
     _name, _version, entries = parse_table(read_port_mapper((host, port)))
-    assert [e.name for e in entries] == ["portmapper", "jms", "admin", "stomp"]
+    assert [e.name for e in entries] == ["portmapper", "jms", "admin", "stomp",
+                                         "httpadmin"]
     for entry in entries:
         socket.create_connection((host, entry.port), timeout=DEFAULT_TIMEOUT).close()
 
