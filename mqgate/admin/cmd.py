@@ -75,9 +75,12 @@ def add_parser(commands, common, settings_of):
                         help=f"seconds to wait for the broker ({DEFAULT_TIMEOUT:g})")
     parser.add_argument("--json", action="store_true",
                         help="print the answer's data as JSON instead of the table")
-    parser.add_argument("words", nargs="+", metavar="WORD",
+    # Everything from the verb on is the command's own: imqcmd's -n NAME and -t q are
+    # not this parser's -n (--instance) or anything else it knows.
+    parser.add_argument("words", nargs=argparse.REMAINDER, metavar="VERB OBJECT ...",
                         help="the command, VERB OBJECT [ARGUMENT ...], e.g. show "
-                             "client-profile default detail")
+                             "client-profile default detail, or list dst -t q; options "
+                             "of mqgate cmd itself go before the verb")
     parser.set_defaults(run=lambda args: run(args, settings_of))
     return parser
 
@@ -86,6 +89,8 @@ def run(args, settings_of, *, out=None, err=None):
     """Run C{mqgate cmd}; return the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
+    if args.words[:1] == ["--"]:
+        args.words = args.words[1:]   # the separator is allowed, never needed
     if len(args.words) < 2:
         print("mqgate cmd: give a verb and an object, e.g. show client-profile "
               "default", file=err)

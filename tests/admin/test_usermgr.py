@@ -214,7 +214,11 @@ def test_every_tool_refuses_a_password_file_others_can_use(tmp_path, varhome, to
     etc.mkdir(parents=True)
     (etc / "passfile").write_bytes(path.read_bytes())
     (etc / "passfile").chmod(mode)
-    result = mqgate(*tool, "--varhome", str(varhome), "-D", "mqgate.passfile.enabled=true")
+    options = ("--varhome", str(varhome), "-D", "mqgate.passfile.enabled=true")
+    if tool[0] == "cmd":   # its own options go before the command words
+        result = mqgate(*tool[:3], *options, *tool[3:])
+    else:
+        result = mqgate(*tool, *options)
     assert result.returncode == 2, result.stderr
     assert f"chmod 600 {etc / 'passfile'}" in result.stderr
     assert f"mode {mode:04o}" in result.stderr

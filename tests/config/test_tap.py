@@ -46,7 +46,8 @@ def test_settings_built_from_config_file(config, tmp_path):
 
 def test_without_config_the_broker_runs_on_the_shipped_configuration():
     """S0.3: without -c (or with an empty one) the settings are the shipped file's, from
-    a checkout and from an installed package alike: 5672, 61613, 7676, loopback."""
+    a checkout and from an installed package alike: 5672, 61613, 7676, the HTTP admin
+    API on 8161, loopback."""
     for args in ((), ("--config", "")):
         settings = parse(*args)["settings"]
         assert settings.config_path is None
@@ -54,7 +55,8 @@ def test_without_config_the_broker_runs_on_the_shipped_configuration():
         assert settings["mqgate.stomp.tcp.port"] == 61613
         assert settings["mqgate.portmapper.port"] == 7676
         assert settings["mqgate.hostname"] == "127.0.0.1"
-        assert settings["mqgate.service.activelist"] == ("jms", "admin", "stomp")
+        assert settings["mqgate.httpadmin.http.port"] == 8161
+        assert settings["mqgate.service.activelist"] == ("jms", "admin", "stomp", "httpadmin")
         assert settings.instance == "mqgate"
 
 

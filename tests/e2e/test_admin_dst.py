@@ -46,14 +46,14 @@ def module_passfile(tmp_path_factory):
 
 def cmd(broker, passfile, *words):
     """Run `mqgate cmd -- WORDS`; assert it succeeded; return its output."""
-    result = mqgate_cmd(broker, passfile, "--", *words)
+    result = mqgate_cmd(broker, passfile, *words)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def data(broker, passfile, *words):
     """The reply's data (`mqgate cmd --json`)."""
-    result = mqgate_cmd(broker, passfile, "--json", "--", *words)
+    result = mqgate_cmd(broker, passfile, "--json", *words)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -106,11 +106,11 @@ def test_list_and_query_show_clients_and_messages(shared, module_passfile):
 def test_unknown_destination_exits_1_with_404_naming_it(shared, module_passfile):
     """An unknown destination: exit 1, status 404, the name in the message; a bad
     option: exit 1 naming it."""
-    result = mqgate_cmd(shared, module_passfile, "--", "purge", "dst", "-t", "q", "-n",
+    result = mqgate_cmd(shared, module_passfile, "purge", "dst", "-t", "q", "-n",
                         "nowhere")
     assert result.returncode == 1
     assert "no queue 'nowhere'" in result.stderr and "404" in result.stderr
-    result = mqgate_cmd(shared, module_passfile, "--", "pause", "dst", "-t", "q", "-n",
+    result = mqgate_cmd(shared, module_passfile, "pause", "dst", "-t", "q", "-n",
                         "nowhere", "-pst", "EVERYONE")
     assert result.returncode == 1 and "-pst EVERYONE" in result.stderr
 
@@ -118,11 +118,11 @@ def test_unknown_destination_exits_1_with_404_naming_it(shared, module_passfile)
 def test_create_refuses_reserved_names_and_bad_properties(shared, module_passfile):
     """create dst refuses an mq* name and an unsupported property, naming them, and
     creates nothing."""
-    result = mqgate_cmd(shared, module_passfile, "--", "create", "dst", "-t", "q",
+    result = mqgate_cmd(shared, module_passfile, "create", "dst", "-t", "q",
                         "-n", "mqthing")
     assert result.returncode == 1 and "reserved" in result.stderr
     name = unique("refused").replace("-", "_")
-    result = mqgate_cmd(shared, module_passfile, "--", "create", "dst", "-t", "q",
+    result = mqgate_cmd(shared, module_passfile, "create", "dst", "-t", "q",
                         "-n", name, "-o", "maxNumMsgs=5", "-o", "useDMQ=false")
     assert result.returncode == 1 and "useDMQ is not supported" in result.stderr
     names = [row["name"] for row in data(shared, module_passfile, "list", "dst")]
@@ -271,7 +271,7 @@ def test_durables_list_purge_and_destroy_refused_while_attached(shared, module_p
         rows = data(shared, module_passfile, "list", "dur", "-d", topic)
         assert [(r["name"], r["client_id"], r["state"]) for r in rows] == \
             [("sub", client_id, "ACTIVE")]
-        result = mqgate_cmd(shared, module_passfile, "--", "destroy", "dur", "-n", "sub",
+        result = mqgate_cmd(shared, module_passfile, "destroy", "dur", "-n", "sub",
                             "-c", client_id)
         assert result.returncode == 1 and "consumer attached" in result.stderr
         subscriber.disconnect()
@@ -282,7 +282,7 @@ def test_durables_list_purge_and_destroy_refused_while_attached(shared, module_p
     assert "3 waiting message(s) removed" in out
     cmd(shared, module_passfile, "destroy", "dur", "-n", "sub", "-c", client_id)
     assert data(shared, module_passfile, "list", "dur", "-d", topic) == []
-    result = mqgate_cmd(shared, module_passfile, "--", "purge", "dur", "-n", "sub",
+    result = mqgate_cmd(shared, module_passfile, "purge", "dur", "-n", "sub",
                         "-c", client_id)
     assert result.returncode == 1 and "404" in result.stderr
 

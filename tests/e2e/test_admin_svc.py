@@ -29,12 +29,12 @@ UNANSWERED = 1.5
 
 def cmd(broker, passfile, *words):
     """Run `mqgate cmd -- WORDS`; return the completed process."""
-    return mqgate_cmd(broker, passfile, "--", *words)
+    return mqgate_cmd(broker, passfile, *words)
 
 
 def cmd_json(broker, passfile, *words):
     """Run `mqgate cmd --json -- WORDS`; return the reply's data."""
-    result = mqgate_cmd(broker, passfile, "--json", "--", *words)
+    result = mqgate_cmd(broker, passfile, "--json", *words)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
