@@ -856,8 +856,8 @@ KEYS = (
         "default: a broker put on a network should say who did what."),
     Key("mqgate.audit.file", Text(), "audit.log",
         "Where the audit trail goes: a file (a relative name is in "
-        "VARHOME/instances/NAME/log), owner-only, rotated past 1 MB to FILE.1, FILE.2 ... "
-        "as the main log is; empty means the broker's own log."),
+        "VARHOME/instances/NAME/log), owner-only, rotated past 1 MB to FILE.1, FILE.2 ...; "
+        "empty means the broker's own log."),
     Key("mqgate.audit.max_pending", Int(1, 10000000), "10000",
         "Audit records that may wait for the disk at once; past it a record is dropped "
         "and counted, and the count is logged (a disk that cannot keep up never makes "
