@@ -22,10 +22,10 @@ one the services should use.
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
-from OpenSSL import crypto
+from OpenSSL import SSL, crypto
 from twisted.internet import endpoints, ssl
 from twisted.internet.endpoints import quoteStringArgument
-from twisted.internet.interfaces import IStreamServerEndpoint
+from twisted.internet.interfaces import IProtocolNegotiationFactory, IStreamServerEndpoint
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from zope.interface import implementer
 
@@ -120,11 +120,32 @@ def load_context_factory(key_path, cert_path, password=None, *, client_auth="non
                                f"certificate in {cert_path}")
     # cryptography objects, not pyOpenSSL's PKey/X509: pyOpenSSL (>= 24.3) takes
     # them directly and deprecates its own wrappers.
-    return ssl.CertificateOptions(
+    options = ssl.CertificateOptions(
         privateKey=key, certificate=leaf, extraCertChain=chain or None,
         raiseMinimumTo=ssl.TLSVersion.TLSv1_2,
         verify=verify, caCerts=ca_certs, requireCertificate=client_auth == "need",
     )
+    _answer_alpn(options.getContext())
+    return options
+
+
+def _answer_alpn(context):
+    """Answer a client's ALPN offer with the first protocol the connection's factory
+    also lists (C{acceptableProtocols}, e.g. HTTP/1.1 on an HTTPS service), and
+    otherwise go on without ALPN, as a server that does not know the extension would.
+
+    Twisted's own choice answers "no overlap" with an empty name, which pyOpenSSL
+    (>= 25) turns into a fatal alert: an AMQP client that offers C{amqp} would never
+    get past the handshake. The options object keeps this one context for every
+    connection, so setting the choice once serves them all."""
+    def select(connection, offered):
+        factory = connection.get_app_data().factory.wrappedFactory
+        negotiation = IProtocolNegotiationFactory(factory, None)
+        for protocol in negotiation.acceptableProtocols() if negotiation else ():
+            if protocol in offered:
+                return protocol
+        return SSL.NO_OVERLAPPING_PROTOCOLS
+    context.set_alpn_select_callback(select)
 
 
 def _load_ca_certificates(path):

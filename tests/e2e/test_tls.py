@@ -212,6 +212,25 @@ def test_python_ssl_and_service_identity_check_the_host_name(broker, cert_path):
         service_identity.cryptography.verify_certificate_hostname(cert, "wrong.example")
 
 
+@pytest.mark.parametrize("offer", [["amqp"], ["h2", "http/1.1"]])
+def test_a_client_offering_alpn_is_served_without_it(broker, cert_path, offer):
+    """S1.8: a TLS client that offers application protocols over ALPN the messaging
+    service does not list (AMQP clients may offer amqp) completes its handshake with
+    none chosen and speaks AMQP: the broker answers the protocol header in kind."""
+    context = ssl.create_default_context(cafile=str(cert_path))
+    context.set_alpn_protocols(offer)
+    with socket.create_connection(broker.address("ssljms"), timeout=DEFAULT_TIMEOUT) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.selected_alpn_protocol() is None
+            tls.sendall(b"AMQP\x03\x01\x00\x00")   # SASL layer first
+            answer = b""
+            while len(answer) < 8:
+                chunk = tls.recv(8 - len(answer))
+                assert chunk, f"closed after {answer!r}"
+                answer += chunk
+    assert answer == b"AMQP\x03\x01\x00\x00"
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 @pytest.mark.parametrize("name,verdict", [
     ("localhost", "Verify return code: 0 (ok)"),
