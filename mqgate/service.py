@@ -32,6 +32,9 @@ from mqgate.glue.ingress import IngressBudget
 from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
+from mqgate.metrics.commands import COMMANDS as METRICS_COMMANDS
+from mqgate.metrics.prometheus import exposition_of
+from mqgate.metrics.snapshot import MetricsSources
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.loadwatch import LoadFactorService
 from mqgate.net.ping import PingService
@@ -421,9 +424,15 @@ def build_broker(settings, reactor):
     access = _access_control(settings, reactor, reloadables, audit, top)
     if reload_users is not None:
         reloadables.add("users", reload_users)
+    context = AdminContext(broker, clients, profiles, reloadables)
+    # S5.1, S5.4: what the metrics commands and /metrics read beside the core.
+    context.metrics = MetricsSources(reactor, reactor.seconds(), pools=top.pools,
+                                     store=store_service.store)
+    context.metrics_exposition = exposition_of(context)
     admin_requests = AdminRequests(
-        AdminContext(broker, clients, profiles, reloadables),
-        {**SHOW_COMMANDS, **reload_commands(reloadables.names())}, audit=audit)
+        context,
+        {**SHOW_COMMANDS, **reload_commands(reloadables.names()), **METRICS_COMMANDS},
+        audit=audit)
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,
@@ -455,6 +464,7 @@ def build_broker(settings, reactor):
             protocol_name="+".join(p.upper() for p in protocols),
             registry=registry, entry=(transport, kind)))
         services[-1].setServiceParent(top)
+        context.metrics.services[name] = services[-1]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     return top

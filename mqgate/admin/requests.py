@@ -118,12 +118,18 @@ class AdminContext:
     @ivar profiles: the L{mqgate.egress.profiles.ProfileTable}.
     @ivar reloadables: the L{mqgate.security.access_control.Reloadables} the C{reload}
         command re-reads (access control rules, ...), or None.
+    @ivar metrics: the L{mqgate.metrics.snapshot.MetricsSources} (services, pools,
+        store) the C{metrics} commands read besides the core, or None.
+    @ivar metrics_exposition: C{metrics_exposition() -> (bytes, content_type)}, the
+        Prometheus text the HTTP API serves at C{/metrics}, or None.
     """
 
     broker: object
     clients: object
     profiles: object
     reloadables: object = None
+    metrics: object = None
+    metrics_exposition: object = None
 
 
 @dataclass(frozen=True)

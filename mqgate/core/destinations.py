@@ -210,6 +210,11 @@ class Queue:
                 oldest = arrived
         return oldest
 
+    def oldest_age(self):
+        """Seconds the oldest message waiting now has waited (0.0 when none waits)."""
+        oldest = self.oldest_arrival()
+        return 0.0 if oldest is None else max(0.0, self._seconds() - oldest)
+
     def stats(self):
         """A snapshot of the counters as a dict."""
         result = {name: getattr(self, name) for name in _QUEUE_COUNTERS}
