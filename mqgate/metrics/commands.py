@@ -59,7 +59,7 @@ def _cell(value):
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.3f}" if value < 100 else f"{value:.0f}"
+        return f"{value:.2f}" if value < 1000 else f"{value:.0f}"
     return str(value)
 
 

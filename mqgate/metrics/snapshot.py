@@ -73,6 +73,10 @@ def destination_snapshot(dest):
     C{messages_unacked}, C{messages_bytes}, C{producers}, C{consumers},
     C{oldest_message_age_seconds}; C{peak_messages} (the most held at once; a topic:
     its fullest subscription's); a topic also C{subscriptions}.
+
+    A topic's held figures add up its subscriptions': a wildcard subscription
+    (C{prices.*}) is one queue for every topic it matches, so its whole backlog counts
+    in each of them.
     """
     if isinstance(dest, Queue):
         return _queue_snapshot(dest)
