@@ -86,9 +86,12 @@ def add_parser(commands, common, settings_of):
                         help=f"seconds to wait for the broker ({DEFAULT_TIMEOUT:g})")
     parser.add_argument("--json", action="store_true",
                         help="print the answer's data as JSON instead of the table")
-    parser.add_argument("words", nargs="+", metavar="WORD",
+    # REMAINDER: the command's own options (imqcmd's -t q -n NAME) are words too,
+    # sent as they are; mqgate cmd's options come before the verb.
+    parser.add_argument("words", nargs=argparse.REMAINDER, metavar="WORD",
                         help="the command, VERB OBJECT [ARGUMENT ...], e.g. show "
-                             "client-profile default detail")
+                             "client-profile default detail, or metrics dst -t q -n "
+                             "orders (options of mqgate cmd go before it)")
     parser.set_defaults(run=lambda args: run(args, settings_of))
     return parser
 
