@@ -33,6 +33,7 @@ from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.metrics.commands import COMMANDS as METRICS_COMMANDS
+from mqgate.metrics.log import MetricsLogService
 from mqgate.metrics.prometheus import exposition_of
 from mqgate.metrics.snapshot import MetricsSources
 from mqgate.net.amqp import AmqpServerFactory, Flusher
@@ -467,6 +468,8 @@ def build_broker(settings, reactor):
         context.metrics.services[name] = services[-1]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
+    MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
+                      settings["mqgate.metrics.enabled"]).setServiceParent(top)
     return top
 
 
