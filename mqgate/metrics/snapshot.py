@@ -147,7 +147,8 @@ def broker_snapshot(context):
     Keys: C{messages_in}, C{messages_out}, C{bytes_in}, C{bytes_out} (messages
     published to the broker and acknowledged by its consumers, since it started),
     C{delivered}, C{dropped}, C{expired}; now: C{messages}, C{messages_bytes},
-    C{messages_unacked}, C{queues}, C{topics}, C{subscriptions}, C{destinations};
+    C{messages_unacked}, C{queues}, C{topics}, C{subscriptions}, C{destinations},
+    C{producers} and C{consumers} (attached anywhere);
     with L{MetricsSources}: C{connections} and C{connections_opened}/C{_closed}
     (every service), C{uptime_seconds}, C{timestamp} (the clock's seconds).
     """
@@ -163,6 +164,7 @@ def broker_snapshot(context):
         "subscriptions": stats["subscriptions"],
         "destinations": stats["queues"] + stats["topics"],
     }
+    result.update(_attached(context.broker))
     sources = _sources(context)
     if sources is not None:
         services = [service_snapshot(context, name) for name in service_names(context)]
@@ -172,6 +174,21 @@ def broker_snapshot(context):
         result["uptime_seconds"] = max(0.0, now - sources.started)
         result["timestamp"] = now
     return result
+
+
+def _attached(broker):
+    # Producers attached by name (anonymous ones route per message and are counted
+    # nowhere) and consumers of every queue and subscription.
+    producers = consumers = 0
+    for name in broker.queues():
+        queue = broker.queue(name)
+        producers += queue.producers
+        consumers += len(queue.consumers)
+    for name in broker.topics():
+        producers += broker.topic(name).producers
+    for sub in broker.subscriptions():
+        consumers += len(sub.consumers)
+    return {"producers": producers, "consumers": consumers}
 
 
 # -- services ------------------------------------------------------------------------

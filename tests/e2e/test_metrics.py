@@ -105,13 +105,19 @@ def test_metrics_dst_counts_stomp_messages_and_svc_counts_its_connection(
 
 
 def test_metrics_bkr_totals_cover_the_destinations(broker, passfile):
-    """metrics bkr adds up every destination and counts the admin connection asking."""
+    """metrics bkr adds up every destination and counts the admin connection asking;
+    metrics svc -n jms counts the Proton connection on the sniffing jms port."""
     name = unique("metrics.b")
+    before = metrics(broker, passfile, "svc", "-n", "jms")
     with opened(broker) as conn:
         sender = conn.create_sender(f"queue://{name}")
         for i in range(3):
             sender.send(_message(i))
         figures = metrics(broker, passfile, "bkr")
+        jms = metrics(broker, passfile, "svc", "-n", "jms")
+    # jms sniffs AMQP from STOMP on one port: its AMQP connection counts all the same.
+    assert jms["connections"] == before["connections"] + 1
+    assert jms["bytes_in"] >= before["bytes_in"] + 3 * 200
     assert figures["messages_in"] >= 3 and figures["bytes_in"] >= 3 * 200
     assert figures["messages"] >= 3 and figures["queues"] >= 1
     assert figures["connections"] >= 1 and figures["uptime_seconds"] > 0

@@ -138,6 +138,7 @@ def test_broker_totals_add_up_and_outlive_a_deleted_destination():
     assert (figures["messages_out"], figures["bytes_out"]) == (1, 1000)
     assert (figures["messages"], figures["messages_bytes"]) == (2, 30)
     assert (figures["queues"], figures["topics"], figures["destinations"]) == (1, 1, 2)
+    assert (figures["producers"], figures["consumers"]) == (2, 0)   # still attached
     assert "connections" not in figures    # a core alone: no services to count
 
 
