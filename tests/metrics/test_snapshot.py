@@ -8,9 +8,11 @@ from mqgate.egress.clients import ClientRegistry
 from mqgate.metrics.snapshot import (
     MetricsSources, broker_snapshot, destination_snapshot, egress_snapshot,
     process_snapshot, store_snapshot)
+from mqgate.store.filestore import FileStore
 from mqgate.store.memory import MemoryStore
 
 from tests.core import consume
+from tests.deferreds import result, run_now
 
 
 def _broker():
@@ -174,3 +176,22 @@ def test_egress_snapshot_with_no_clients_and_process_snapshot():
     assert set(figures["queued_messages"]) == {"C-1", "D-3", "D-2", "D-1", "G-1"}
     process = process_snapshot()
     assert process["rss_bytes"] > 0 and process["threads"] >= 1
+
+
+def test_store_snapshot_of_a_file_store_with_sync_counts_fsyncs_and_their_time(tmp_path):
+    """A file store with sync on: each batch of writes is one fsync, and the snapshot
+    counts the records, the fsyncs and the time they took."""
+    clock = Clock()
+    store = FileStore(tmp_path / "filestore", run_now, sync=True)
+    result(store.recover())
+    result(store.add_destination("queue", "orders", {}))
+    for message_id in range(1, 6):
+        result(store.add_message("queue://orders", message_id, b"d" * 100))
+    context = AdminContext(Broker(clock), ClientRegistry(), None,
+                           metrics=MetricsSources(clock, store=store))
+    figures = store_snapshot(context)
+    assert figures["writes"] >= 5
+    assert figures["fsyncs"] >= 5
+    assert figures["fsync_seconds"] > 0.0
+    assert figures["bytes_written"] >= 5 * 100
+    result(store.close())
