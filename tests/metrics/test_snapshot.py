@@ -4,7 +4,8 @@ from twisted.internet.task import Clock
 
 from mqgate.admin.requests import AdminContext
 from mqgate.core import Broker, BrokerMessage
-from mqgate.egress.clients import ClientRegistry
+from mqgate.egress.clients import ClientRegistry, EgressClient
+from mqgate.egress.scheduler import EgressScheduler, QueueLimits
 from mqgate.metrics.snapshot import (
     MetricsSources, broker_snapshot, destination_snapshot, egress_snapshot,
     process_snapshot, store_snapshot)
@@ -195,3 +196,35 @@ def test_store_snapshot_of_a_file_store_with_sync_counts_fsyncs_and_their_time(t
     assert figures["fsync_seconds"] > 0.0
     assert figures["bytes_written"] >= 5 * 100
     result(store.close())
+
+
+class _Profile:
+    """A client profile whose D-1 queue holds 2 work units (min burst 1)."""
+
+    queues = {"D-1": QueueLimits(max_depth=2, min_msg_burst=1)}
+
+
+def test_egress_snapshot_adds_up_queued_messages_and_keeps_discards_of_gone_clients():
+    """Queued messages and bytes are added up by egress queue over the clients; the
+    discards of a client that went stay in the total."""
+    broker, _ = _broker()
+    registry = ClientRegistry()
+    schedulers = [EgressScheduler(_Profile()) for _ in range(2)]
+    for number, scheduler in enumerate(schedulers):
+        registry.add(EgressClient(f"c{number}", user="u", peer="127.0.0.1:1",
+                                  protocol="amqp", service="jms", profile=None,
+                                  scheduler=scheduler, meter=None, disconnect=None))
+    first, second = schedulers
+    for item in ("a", "b", "c"):           # the third discards the oldest
+        first.offer_direct(item, 100, cos=1)
+    second.offer_guaranteed("g", 700)
+    context = AdminContext(broker, registry, None)
+    figures = egress_snapshot(context)
+    assert figures["clients"] == 2
+    assert (figures["queued_messages"]["D-1"], figures["queued_bytes"]["D-1"]) == (2, 200)
+    assert (figures["queued_messages"]["G-1"], figures["queued_bytes"]["G-1"]) == (1, 700)
+    assert figures["discards"] == 1
+    registry.remove(registry.get("c0"))
+    figures = egress_snapshot(context)
+    assert (figures["clients"], figures["discards"]) == (1, 1)
+    assert figures["queued_messages"]["D-1"] == 0
