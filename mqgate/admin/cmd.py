@@ -87,13 +87,32 @@ def add_parser(commands, common, settings_of):
     parser.add_argument("--json", action="store_true",
                         help="print the answer's data as JSON instead of the table")
     # REMAINDER: the command's own options (imqcmd's -t q -n NAME) are words too,
-    # sent as they are; mqgate cmd's options come before the verb.
+    # sent as they are, even where they look like mqgate's (-n, -c); mqgate cmd's
+    # long options and -D may still follow the command (_TRAILING).
     parser.add_argument("words", nargs=argparse.REMAINDER, metavar="WORD",
                         help="the command, VERB OBJECT [ARGUMENT ...], e.g. show "
                              "client-profile default detail, or metrics dst -t q -n "
                              "orders (options of mqgate cmd go before it)")
-    parser.set_defaults(run=lambda args: run(args, settings_of))
+    parser.set_defaults(run=lambda args: run(_trailing_options(parser, args), settings_of))
     return parser
+
+
+#: Options of mqgate cmd itself that are read even after the command's words (a script
+#: may write `mqgate cmd metrics bkr --json`); its short options there (-n, -c, -b, -u)
+#: are the command's own, as imqcmd's -n NAME and -c CLIENTID are.
+_TRAILING = ("--varhome", "--config", "--instance", "--passfile", "--timeout", "--json",
+             "--broker", "--user", "-D")
+
+
+def _trailing_options(parser, args):
+    """Read the L{_TRAILING} options found among C{args.words} into C{args}."""
+    words = list(args.words)
+    for at, word in enumerate(words):
+        if word.split("=", 1)[0] in _TRAILING:
+            parser.parse_args(words[at:], namespace=args)
+            args.words = words[:at]
+            break
+    return args
 
 
 def run(args, settings_of, *, out=None, err=None):

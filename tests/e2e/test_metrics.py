@@ -172,11 +172,17 @@ def test_sampled_table_and_rts(broker, passfile):
 
 
 def test_metrics_errors_and_exit_codes(broker, passfile):
-    """An unknown destination or service: exit 1 naming it; -msp 0: exit 2, nothing
+    """An unknown destination or service: exit 1 naming it (-n is the command's, not
+    mqgate's --instance); --json may follow the command; -msp 0: exit 2, nothing
     sent."""
     missing = mqgate_cmd(broker, passfile, "metrics", "dst", "-t", "q", "-n", "nosuch")
     assert missing.returncode == 1 and "no queue 'nosuch'" in missing.stderr
     service = mqgate_cmd(broker, passfile, "metrics", "svc", "-n", "httpjms")
     assert service.returncode == 1 and "no service 'httpjms'" in service.stderr
+    trailing = mqgate_cmd(broker, passfile, "metrics", "dst", "-t", "q", "-n", "nosuch",
+                          "--json")
+    assert trailing.returncode == 1 and "no queue 'nosuch'" in trailing.stderr
+    as_json = mqgate_cmd(broker, passfile, "metrics", "bkr", "--json")
+    assert json.loads(as_json.stdout)["destinations"] >= 0, as_json.stderr
     bad = mqgate_cmd(broker, passfile, "metrics", "bkr", "-msp", "0")
     assert bad.returncode == 2 and "-msp" in bad.stderr
