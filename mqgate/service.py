@@ -18,10 +18,8 @@ from twisted.logger import ILogObserver, Logger
 from twisted.python.threadpool import ThreadPool
 
 from mqgate import __version__, sniff
-from mqgate.admin.broker_commands import COMMANDS as BROKER_COMMANDS
-from mqgate.admin.requests import AdminContext, AdminRequests, reload_commands
-from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
-from mqgate.admin.destinations import COMMANDS as DESTINATION_COMMANDS
+from mqgate.admin.commands import admin_commands
+from mqgate.admin.requests import AdminContext, AdminRequests
 from mqgate.amqp.message import parse_message
 from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
@@ -36,6 +34,9 @@ from mqgate.glue.session import broker_message
 from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.metrics.topics import MetricsTopics, TopicSettings
+from mqgate.metrics.log import MetricsLogService
+from mqgate.metrics.prometheus import exposition_of
+from mqgate.metrics.snapshot import MetricsSources
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.connections import ConnectionRegistry
 from mqgate.net.control import BrokerControl
@@ -452,10 +453,13 @@ def build_broker(settings, reactor):
     control = top.control = BrokerControl(
         reactor, instance=settings.instance, connections=connections, broker=broker,
         store=store_service.description if store_service is not None else None)
-    admin_requests = AdminRequests(
-        AdminContext(broker, clients, profiles, reloadables, control=control),
-        {**SHOW_COMMANDS, **reload_commands(reloadables.names()), **BROKER_COMMANDS,
-         **DESTINATION_COMMANDS}, audit=audit)
+    context = AdminContext(broker, clients, profiles, reloadables, control=control)
+    # S5.1, S5.4: what the metrics commands and /metrics read beside the core.
+    context.metrics = MetricsSources(reactor, reactor.seconds(), pools=top.pools,
+                                     store=store_service.store)
+    context.metrics_exposition = exposition_of(context)
+    admin_requests = AdminRequests(context, admin_commands(reloadables.names()),
+                                   audit=audit)
     egress = top.egress = EgressContext(
         reactor, clients=clients, profiles=profiles,
         slow_threshold=settings["mqgate.egress.slow_subscriber.threshold"] / 100,
@@ -492,9 +496,12 @@ def build_broker(settings, reactor):
             registry=registry, entry=(transport, kind),
             details=_service_details(settings, name)))
         services[-1].setServiceParent(top)
+        context.metrics.services[name] = services[-1]
     control.services = [portmapper, *services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
+    MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
+                      settings["mqgate.metrics.enabled"]).setServiceParent(top)
     return top
 
 

@@ -7,6 +7,7 @@
     mqgate cmd -b broker.example:7676 show client '*' stats queue
     mqgate cmd show client '*' slow-subscriber
     mqgate cmd reload rules
+    mqgate cmd metrics dst -t q -n orders -int 5 -msp 3
 
 Like the source's imqcmd (FACTS 1.8): C{-b} names the broker's port mapper (default
 localhost and C{mqgate.portmapper.port}, 7676), which says where the C{admin} service
@@ -18,17 +19,24 @@ the terminal.
 
 Exit status: 0 done; 1 the broker answered with an error (bad command, unknown
 client or profile); 2 the request could not be made (address, login, configuration).
+
+The C{metrics} commands take imqcmd's C{-int SECONDS} and C{-msp SAMPLES} here, in
+the client: it asks C{SAMPLES} times, C{SECONDS} apart, and prints a line per reading
+with the rates (messages and bytes per second) worked out from the differences
+(L{mqgate.metrics.commands.sampling}); C{--json} then prints one JSON object a line.
 """
 
 import argparse
 import json
 import sys
+import time
 
 from mqgate.admin.client import DEFAULT_TIMEOUT, AdminClient, AdminClientError, \
     find_service_port
-from mqgate.admin.requests import OK, RELOAD_USAGE
-from mqgate.admin.show import COMMANDS
+from mqgate.admin.commands import admin_commands
+from mqgate.admin.requests import OK, BadRequest
 from mqgate.errors import ConfigError
+from mqgate.metrics.commands import SampleTable, rates, sampling
 from mqgate.portmap.table import DEFAULT_PORT, MqAddressError, parse_mq_url
 from mqgate.security.passfile import find_password, passfile_overrides
 
@@ -47,10 +55,9 @@ def add_parser(commands, common, settings_of):
     @param common: adds the options every tool shares (--config, --varhome, -D ...).
     @param settings_of: C{settings_of(args) -> Settings}.
     """
-    listing = "\n".join(f"  {command.usage}\n      {command.help}"
-                        for command in COMMANDS.values())
-    listing += (f"\n  {RELOAD_USAGE}\n      re-read now, and say what happened: rules "
-                "(the access control files), or all")
+    # One line per usage: a usage may cover several table rows (reload NAME | all).
+    usages = {command.usage: command.help for command in admin_commands().values()}
+    listing = "\n".join(f"  {usage}\n      {help_}" for usage, help_ in usages.items())
     parser = commands.add_parser(
         "cmd", help="send an admin command to a running broker",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -59,7 +66,9 @@ def add_parser(commands, common, settings_of):
                     "password file (mqgate.imqcmd.password) or is asked for; it is "
                     "never given on the command line.",
         epilog=f"commands:\n{listing}\n\nNAME may be a pattern with * and ?; quote it "
-               "for the shell ('*').\n\nexit status: 0 done, 1 the broker answered "
+               "for the shell ('*').\n\nmetrics ... -int SECONDS -msp SAMPLES: ask "
+               "SAMPLES times, SECONDS apart, a line each with the rates per second."
+               "\n\nexit status: 0 done, 1 the broker answered "
                "with an error, 2 the command could not be sent")
     common(parser)
     parser.add_argument(
@@ -75,14 +84,33 @@ def add_parser(commands, common, settings_of):
                         help=f"seconds to wait for the broker ({DEFAULT_TIMEOUT:g})")
     parser.add_argument("--json", action="store_true",
                         help="print the answer's data as JSON instead of the table")
-    # Everything from the verb on is the command's own: imqcmd's -n NAME and -t q are
-    # not this parser's -n (--instance) or anything else it knows.
-    parser.add_argument("words", nargs=argparse.REMAINDER, metavar="VERB OBJECT ...",
+    # REMAINDER: the command's own options (imqcmd's -t q -n NAME) are words too,
+    # sent as they are, even where they look like mqgate's (-n, -c); mqgate cmd's
+    # long options and -D may still follow the command (_TRAILING).
+    parser.add_argument("words", nargs=argparse.REMAINDER, metavar="WORD",
                         help="the command, VERB OBJECT [ARGUMENT ...], e.g. show "
-                             "client-profile default detail, or list dst -t q; options "
-                             "of mqgate cmd itself go before the verb")
-    parser.set_defaults(run=lambda args: run(args, settings_of))
+                             "client-profile default detail, or metrics dst -t q -n "
+                             "orders (options of mqgate cmd go before it)")
+    parser.set_defaults(run=lambda args: run(_trailing_options(parser, args), settings_of))
     return parser
+
+
+#: Options of mqgate cmd itself that are read even after the command's words (a script
+#: may write `mqgate cmd metrics bkr --json`); its short options there (-n, -c, -b, -u)
+#: are the command's own, as imqcmd's -n NAME and -c CLIENTID are.
+_TRAILING = ("--varhome", "--config", "--instance", "--passfile", "--timeout", "--json",
+             "--broker", "--user", "-D")
+
+
+def _trailing_options(parser, args):
+    """Read the L{_TRAILING} options found among C{args.words} into C{args}."""
+    words = list(args.words)
+    for at, word in enumerate(words):
+        if word.split("=", 1)[0] in _TRAILING:
+            parser.parse_args(words[at:], namespace=args)
+            args.words = words[:at]
+            break
+    return args
 
 
 def run(args, settings_of, *, out=None, err=None):
@@ -96,13 +124,21 @@ def run(args, settings_of, *, out=None, err=None):
               "default", file=err)
         return 2
     try:
+        sampled = sampling(args.words) if args.words[0] == "metrics" else None
+    except BadRequest as e:
+        print(f"mqgate cmd: {e}", file=err)
+        return 2
+    try:
         if args.passfile:
             args.defines = list(args.defines) + passfile_overrides(args.passfile)
         settings = settings_of(args)
         host, port = _admin_address(settings, args)
         password = _password(settings, args.user)
         with AdminClient(host, port, args.user, password, args.timeout) as client:
-            reply = client.request(args.words[0], args.words[1], args.words[2:])
+            if sampled is not None and not sampled.single:
+                return _sampled(client, sampled, args.json, out, err)
+            words = sampled.words if sampled is not None else args.words
+            reply = client.request(words[0], words[1], list(words[2:]))
     except (AdminClientError, ConfigError, MqAddressError) as e:
         print(f"mqgate cmd: {e}", file=err)
         return 2
@@ -113,6 +149,37 @@ def run(args, settings_of, *, out=None, err=None):
         print(json.dumps(reply.data, indent=2, sort_keys=True), file=out)
     else:
         print(reply.text, end="" if reply.text.endswith("\n") else "\n", file=out)
+    return 0
+
+
+def _sampled(client, sampled, as_json, out, err):
+    """Ask C{sampled.readings} times, C{sampled.interval} seconds apart, and print a
+    line per reading with the rates since the one before (imqcmd's -int, -msp)."""
+    words = sampled.words
+    table = previous = None
+    for reading in range(sampled.readings):
+        if reading:
+            time.sleep(sampled.interval)
+        reply = client.request(words[0], words[1], list(words[2:]))
+        now = time.monotonic()
+        if reply.status != OK:
+            print(f"mqgate cmd: {reply.text} (status {reply.status})", file=err)
+            return 1
+        data = reply.data
+        rates_now = None if previous is None else rates(previous[1], data,
+                                                        now - previous[0])
+        previous = (now, data)
+        if sampled.rates and reading == 0:
+            continue    # -m rts: every line shows rates, so the first only starts
+        if as_json:
+            print(json.dumps({**data, "rates": rates_now or {}}, sort_keys=True),
+                  file=out, flush=True)
+            continue
+        if table is None:
+            table = SampleTable(data)
+            print(table.head, file=out)
+        print(table.line(time.strftime("%H:%M:%S"), data, rates_now), file=out,
+              flush=True)
     return 0
 
 

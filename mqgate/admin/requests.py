@@ -120,6 +120,10 @@ class AdminContext:
         command re-reads (access control rules, ...), or None.
     @ivar control: the L{mqgate.net.control.BrokerControl} (services, connections, the
         broker's stop and restart) the svc, cxn and bkr commands act on, or None.
+    @ivar metrics: the L{mqgate.metrics.snapshot.MetricsSources} (services, pools,
+        store) the C{metrics} commands read besides the core, or None.
+    @ivar metrics_exposition: C{metrics_exposition() -> (bytes, content_type)}, the
+        Prometheus text the HTTP API serves at C{/metrics}, or None.
     """
 
     broker: object
@@ -127,6 +131,8 @@ class AdminContext:
     profiles: object
     reloadables: object = None
     control: object = None
+    metrics: object = None
+    metrics_exposition: object = None
 
 
 @dataclass(frozen=True)

@@ -849,6 +849,15 @@ KEYS = (
     Key("mqgate.log.file.format", Choice(("text", "json")), "text",
         "Layout of the log file: text lines (as the console's) or JSON lines, one "
         "object per event with time, level, namespace, message and traceback."),
+    # -- the broker's metrics in its log (S5.1; mqgate.metrics.log) --
+    Key("mqgate.metrics.enabled", Bool(), "true",
+        "Write the broker's metrics lines every mqgate.metrics.interval seconds; false "
+        "writes none. The figures are kept either way: `mqgate cmd metrics` and "
+        "/metrics answer whatever this says."),
+    Key("mqgate.metrics.interval", Int(0, 86400), "0",
+        "Seconds between the broker's metrics lines in its log (messages and bytes in "
+        "and out, held, connections, and the rates since the line before); 0 writes "
+        "none."),
     # -- the audit trail (S4.8) --
     Key("mqgate.audit.enabled", Bool(), "true",
         "Write the audit trail: one JSON line per login (ok or failed), admin request, "

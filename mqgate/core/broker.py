@@ -54,7 +54,8 @@ ADMIN_GROUP = "admin"
 
 _AUTOCREATE = "mqgate.autocreate.destination."
 
-_TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired")
+_TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired", "bytes_in",
+           "bytes_out")
 
 #: The condition a consumer's or producer's link is detached with when an operator
 #: destroys its destination (AMQP 1.0 Part 2 section 2.8.15).
@@ -725,25 +726,32 @@ class Broker:
 
         C{published}: messages accepted from producers; C{delivered}: hand-overs to
         consumers; C{acknowledged}: messages that left for good; C{dropped}; C{expired};
-        C{held}; C{in_flight}; and how many queues, topics and subscriptions exist;
+        C{bytes_in} and C{bytes_out}: the bytes of the published and acknowledged
+        messages (S5.1); C{held}, C{held_bytes}; C{in_flight}; and how many queues,
+        topics and subscriptions exist;
         C{system_count} and C{system_bytes}: what counts against C{mqgate.system.*}
         (S2.2).
         """
         totals = dict(self._retired)
-        held = in_flight = 0
+        held = in_flight = held_bytes = 0
         for queue in itertools.chain(self._queues.values(), self._index):
             if queue.pattern is None:
                 totals["published"] += queue.messages_in
+                totals["bytes_in"] += queue.bytes_in
             totals["delivered"] += queue.delivered
             totals["acknowledged"] += queue.messages_out
+            totals["bytes_out"] += queue.bytes_out
             totals["dropped"] += queue.dropped
             totals["expired"] += queue.expired
             held += queue.held
+            held_bytes += queue.held_bytes
             in_flight += queue.in_flight
         for topic in self._topics.values():
             totals["published"] += topic.messages_in
+            totals["bytes_in"] += topic.bytes_in
             totals["dropped"] += topic.dropped
-        totals.update(held=held, in_flight=in_flight, queues=len(self._queues),
+        totals.update(held=held, held_bytes=held_bytes, in_flight=in_flight,
+                      queues=len(self._queues),
                       topics=len(self._topics), subscriptions=len(self._index),
                       system_count=self._system.count, system_bytes=self._system.bytes)
         return totals
@@ -1179,12 +1187,15 @@ class Broker:
         retired = self._retired
         if isinstance(destination, Topic):
             retired["published"] += destination.messages_in
+            retired["bytes_in"] += destination.bytes_in
             retired["dropped"] += destination.dropped
             return
         if destination.pattern is None:
             retired["published"] += destination.messages_in
+            retired["bytes_in"] += destination.bytes_in
         retired["delivered"] += destination.delivered
         retired["acknowledged"] += destination.messages_out
+        retired["bytes_out"] += destination.bytes_out
         retired["dropped"] += destination.dropped
         retired["expired"] += destination.expired
 

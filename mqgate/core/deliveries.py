@@ -145,6 +145,7 @@ class Consumer:
         queue.settled(delivery.message.size)
         if outcome == ACCEPTED:
             queue.messages_out += 1
+            queue.bytes_out += delivery.message.size
             if queue.store is not None and delivery.message.durable:
                 queue.store.remove(delivery.message)
         elif outcome == RELEASED:

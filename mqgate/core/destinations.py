@@ -88,7 +88,7 @@ _CHANGES_KEPT = 64
 
 
 _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejected",
-                   "expired")
+                   "expired", "bytes_in", "bytes_out", "peak_held")
 
 
 class Queue:
@@ -98,7 +98,9 @@ class Queue:
     C{messages_out} (left for good: accepted, or handed to a pre-settled consumer),
     C{delivered} (hand-overs, redeliveries included), C{dropped} (discarded: rejected,
     or still held when the queue was deleted), C{rejected}, C{expired}, C{in_flight}
-    (handed over, not yet settled).
+    (handed over, not yet settled); for the metrics (S5.1), C{bytes_in} and
+    C{bytes_out} (the bytes of C{messages_in} and C{messages_out}) and C{peak_held}
+    (the most messages held at once).
 
     @ivar name: the queue name (for a subscription: a broker-made name).
     @ivar pattern: for a topic subscription, the topic name or pattern it matches;
@@ -229,6 +231,25 @@ class Queue:
         """Whether an operator holds its deliveries back (C{pause dst})."""
         return self._dispatching is _PAUSED_RUN
 
+    def oldest_arrival(self):
+        """When the oldest message waiting now began to wait (the clock's seconds), or
+        C{None} when none waits (S5.1). Each priority level is in arrival order, so it
+        is one of the heads: at most a dozen looks, for a metrics reading."""
+        oldest = None
+        heads = [level[0] for level in self._levels if level]
+        if self._parked:
+            heads.append(self._parked[0])
+        for entry in heads:
+            arrived = _message_of(entry).arrived
+            if arrived is not None and (oldest is None or arrived < oldest):
+                oldest = arrived
+        return oldest
+
+    def oldest_age(self):
+        """Seconds the oldest message waiting now has waited (0.0 when none waits)."""
+        oldest = self.oldest_arrival()
+        return 0.0 if oldest is None else max(0.0, self._seconds() - oldest)
+
     def stats(self):
         """A snapshot of the counters as a dict."""
         result = {name: getattr(self, name) for name in _QUEUE_COUNTERS}
@@ -245,13 +266,16 @@ class Queue:
         (the producer decides what a full queue means, S2.3).
         """
         self.messages_in += 1
+        self.bytes_in += message.size
         self._bytes += message.size
         system = self._system
         system.count += 1
         system.bytes += message.size
         limits = self.limits
-        if (self._count + len(self._parked) + self._in_flight >= limits.full_count
-                or self._bytes >= limits.full_bytes):
+        held = self._count + len(self._parked) + self._in_flight
+        if held >= self.peak_held:
+            self.peak_held = held + 1   # with this message (S5.1)
+        if held >= limits.full_count or self._bytes >= limits.full_bytes:
             self.full = True
         if self._selective:
             self._publish_selective(message)
@@ -279,6 +303,9 @@ class Queue:
                     self.dispatch()
                 return
             consumer._in_ready = False
+        # It waits: when it began to is the oldest-message age of the metrics (S5.1);
+        # read only here, so a message handed over at once costs no clock read.
+        message.arrived = self._seconds()
         priority = message.priority
         self._levels[priority].append(message)
         self._count += 1
@@ -371,6 +398,8 @@ class Queue:
         if self._dropped_if_deleted(1):
             return
         delivery._avoid = consumer
+        if delivery.message.arrived is None:
+            delivery.message.arrived = self._seconds()
         self._system.count += 1
         self._add_bytes(delivery.message.size)
         self._parked.append(delivery)
@@ -490,6 +519,7 @@ class Queue:
                 if self._rescan:
                     self.dispatch()
                 return
+        message.arrived = self._seconds()
         priority = message.priority
         self._levels[priority].append(message)
         self._count += 1
@@ -636,6 +666,7 @@ class Queue:
             system.bytes -= message.size
             system.count -= 1
             self.messages_out += 1
+            self.bytes_out += message.size
         else:
             # Still held, in flight, until settled (bytes too: S2.2, S2.3).
             consumer._unsettled[delivery] = True
@@ -665,6 +696,7 @@ class Queue:
         self.delivered -= 1
         if consumer.presettled:
             self.messages_out -= 1
+            self.bytes_out -= message.size
         elif consumer._unsettled.pop(delivery, False):
             self.settled(message.size)   # park holds it again
         else:
@@ -806,9 +838,16 @@ class Queue:
 
     def _push_front(self, deliveries):
         levels = self._levels
+        now = None
         for delivery in reversed(deliveries):
-            self._add_bytes(delivery.message.size)
-            priority = delivery.message.priority
+            message = delivery.message
+            if message.arrived is None:
+                # Handed over at once when it came; waiting from now on (S5.1).
+                if now is None:
+                    now = self._seconds()
+                message.arrived = now
+            self._add_bytes(message.size)
+            priority = message.priority
             levels[priority].appendleft(delivery)
             if priority > self._hi:
                 self._hi = priority
@@ -915,7 +954,8 @@ class Topic:
 
     Counters: C{messages_in} (published), C{messages_out} (copies enqueued on
     subscriptions), C{dropped} (published while no subscription matched, or none whose
-    selector accepted it).
+    selector accepted it), C{bytes_in} and C{bytes_out} (the bytes of C{messages_in}
+    and C{messages_out}, S5.1).
 
     @ivar full: a subscription queue the last publish left full (S2.3: its producers
         wait for it), or C{None}.
@@ -925,7 +965,8 @@ class Topic:
 
     __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
                  "messages_out", "dropped", "full", "_index", "_gen", "_subs",
-                 "_selective", "attached", "pause", "holding", "limits")
+                 "_selective", "attached", "pause", "holding", "limits", "bytes_in",
+                 "bytes_out")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -935,6 +976,8 @@ class Topic:
         self.messages_in = 0
         self.messages_out = 0
         self.dropped = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
         self.full = None
         self._index = index
         self._gen = -1
@@ -1019,11 +1062,13 @@ class Topic:
         """Count C{message} as published and enqueue it on the subscriptions C{subs}
         that still exist; with none, count it as dropped."""
         self.messages_in += 1
+        self.bytes_in += message.size
         if not subs:
             self.dropped += 1
             self.full = None
             return
         self.messages_out += len(subs)
+        self.bytes_out += message.size * len(subs)
         full = None
         # A tuple snapshot: a subscriber closing re-entrantly cannot disturb the loop.
         for queue in subs:

@@ -39,6 +39,9 @@ class BrokerMessage:
         int giving arrival order; C{None} until then.
     @ivar cos: the egress class of service (S9.1, 1-3), worked out by the egress glue
         the first time the message is filed; C{None} until then.
+    @ivar arrived: when the message began to wait in a queue (the clock's
+        C{seconds()}), stamped only when it cannot be handed to a consumer at once: the
+        oldest waiting message's age is a metric (S5.1); C{None} until then.
     @ivar rendered: the message in another protocol's form, made by that protocol's
         glue the first time it delivers the message (the STOMP headers and body), so
         that a message fanned out to many subscribers is converted once; C{None}
@@ -47,7 +50,7 @@ class BrokerMessage:
 
     __slots__ = ("payload", "durable", "priority", "expiry", "size", "to", "reply_to",
                  "message_id", "correlation_id", "delivery_count", "seq", "cos",
-                 "rendered")
+                 "rendered", "arrived")
 
     def __init__(self, payload, *, durable=False, priority=DEFAULT_PRIORITY, expiry=None,
                  to=None, reply_to=None, message_id=None, correlation_id=None,
@@ -75,6 +78,7 @@ class BrokerMessage:
         self.seq = None
         self.cos = None
         self.rendered = None
+        self.arrived = None
 
     def __repr__(self):
         return (f"<BrokerMessage seq={self.seq} to={self.to!r} priority={self.priority}"

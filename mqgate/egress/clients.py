@@ -79,6 +79,9 @@ class ClientRegistry:
         # (S9.7's max connections per user), and a login storm of thousands of
         # clients must not walk the whole registry each time.
         self._per_user = collections.Counter()
+        # Egress discards of the clients that have gone (S5.1): the broker's total
+        # stays monotonic as clients come and go.
+        self.retired_discards = 0
 
     def __len__(self):
         return len(self._clients)
@@ -106,6 +109,7 @@ class ClientRegistry:
         """Forget C{client} (its connection went); unknown clients are ignored."""
         if self._clients.get(client.name) is client:
             del self._clients[client.name]
+            self.retired_discards += client.scheduler.discards
             left = self._per_user[client.user] - 1
             if left:
                 self._per_user[client.user] = left

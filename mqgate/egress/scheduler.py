@@ -105,6 +105,7 @@ class QueueStats:
     @ivar max_depth: the queue's configured C{max_depth}.
     @ivar discards: messages discarded from the queue.
     @ivar deliveries: messages delivered from the queue.
+    @ivar length_bytes: bytes waiting now (as offered; for the metrics, S5.1).
     """
 
     name: str
@@ -114,6 +115,7 @@ class QueueStats:
     max_depth: int
     discards: int
     deliveries: int
+    length_bytes: int = 0
 
 
 def work_units(size):
@@ -277,7 +279,8 @@ class _PriorityQueue:
 
     def stats(self):
         return QueueStats(self.name, self.messages, self.units, self.high_water,
-                          self.limits.max_depth, self.discards, self.deliveries)
+                          self.limits.max_depth, self.discards, self.deliveries,
+                          self.bytes)
 
     def clear_stats(self):
         self.high_water = self.units

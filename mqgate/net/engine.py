@@ -222,6 +222,7 @@ class EngineProtocol(Protocol):
             # Accepted just before the service was paused (or handed over by the
             # sniffer since): not read until the service resumes.
             self._pause(_ADMIN)
+        factory.opened += 1
         if not self._take_login_slot():
             self._refuse_now(factory.login_slots.refusal_description())
             return
@@ -270,6 +271,7 @@ class EngineProtocol(Protocol):
             # bytes, the rest of a read. Bounded by one read; acted on at the resume.
             self._admin_held += data
             return
+        self.factory.bytes_in += len(data)
         if self._login_slot is not None:
             self._login_slot.heard()   # logging in: its slot frees soon (AcceptPacer)
         if self._lane is not None:
@@ -481,14 +483,14 @@ class EngineProtocol(Protocol):
         if out:
             if engine.finished:
                 # The goodbye goes out whatever the buffer says: nothing follows it.
-                egress.flush_control(self.transport.write)
-                self.transport.write(out)
+                egress.flush_control(self._write)
+                self._write(out)
             elif self._writing_paused or egress.holding_control:
                 egress.hold_control(out)   # C-1: served first once we may write
             else:
-                self.transport.write(out)
+                self._write(out)
         if not self._writing_paused and egress.has_pending:
-            egress.drain(self.transport.write, self._is_writing_paused)
+            egress.drain(self._write, self._is_writing_paused)
         if self._awaiting_ready and engine.ready and not engine.finished:
             # The handshake is done (possibly just now, after an asynchronous login):
             # the peer's heart-beat or idle timeout is known, so the engine's timers
@@ -512,6 +514,12 @@ class EngineProtocol(Protocol):
                 self.transport.abortConnection()
             else:
                 self._close_after_goodbye()
+
+    def _write(self, data):
+        # Counted for the service's metrics (S5.1): once per write, and the egress
+        # queues write in batches, not once per message.
+        self.factory.bytes_out += len(data)
+        self.transport.write(data)
 
     def _close_after_goodbye(self):
         """Close our side once the goodbye is written, then read and drop what the peer
@@ -562,6 +570,7 @@ class EngineProtocol(Protocol):
         self.factory.connections.discard(self)
         if self.connection_id is not None:
             self.factory.registry.remove(self.connection_id)
+        self.factory.closed += 1
         self._release_login_slot()
         self._cancel_tick()
         if self._go_on_call is not None and self._go_on_call.active():
@@ -672,6 +681,9 @@ class EngineFactory(Factory):
     """What every engine-driven service shares; subclasses say which engine and glue.
 
     @ivar connections: the live protocols, so shutdown can close each properly.
+    @ivar opened: connections made so far, and C{closed} those gone (S5.1 metrics).
+    @ivar bytes_in: bytes read from every connection so far, and C{bytes_out} bytes
+        written (S5.1).
     @ivar pool: the service's L{mqgate.net.pool.ServicePool} (S1.6), or None: every
         connection admitted, its bytes processed as they arrive. Several factories of
         one service (AMQP and STOMP on one port) share the service's pool.
@@ -695,6 +707,8 @@ class EngineFactory(Factory):
         self.flusher = flusher
         self.setup_timeout = setup_timeout
         self.connections = set()
+        self.opened = self.closed = 0
+        self.bytes_in = self.bytes_out = 0
         # Lines about refused and timed-out connections, which a flood of sockets could
         # otherwise turn into a flood of lines.
         self._log_budget = LogBudget(clock, lines=10, interval=60.0)

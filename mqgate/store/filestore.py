@@ -636,7 +636,8 @@ class FileStore:
         """Counters for the benchmark and the admin views."""
         jn = self._disk.journal
         return {
-            "fsyncs": jn.fsyncs, "file_fsyncs": self._disk.file_fsyncs,
+            "fsyncs": jn.fsyncs, "fsync_seconds": jn.fsync_seconds,
+            "file_fsyncs": self._disk.file_fsyncs,
             "records": jn.records, "batches": self._queue.batches,
             "max_batch": self._queue.max_batch,
             "records_per_fsync": jn.records_synced / jn.fsyncs if jn.fsyncs else 0.0,

@@ -43,6 +43,7 @@ Everything here runs on the store's writer thread; nothing touches the reactor.
 
 import os
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -497,6 +498,7 @@ class Journal:
         self._offset = 0
         self._unsynced = 0
         self.fsyncs = 0
+        self.fsync_seconds = 0.0   # spent in those fsyncs (S5.1: the store's latency)
         self.records = 0
         self.records_synced = 0
         self.max_records_per_fsync = 0
@@ -660,7 +662,9 @@ class Journal:
 
     def sync(self):
         """fsync the active segment: one fsync for everything appended since the last."""
+        started = time.perf_counter()
         _fdatasync(self._fd)
+        self.fsync_seconds += time.perf_counter() - started
         self.fsyncs += 1
         self.records_synced += self._unsynced
         self.max_records_per_fsync = max(self.max_records_per_fsync, self._unsynced)

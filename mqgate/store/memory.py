@@ -263,7 +263,8 @@ class MemoryStore:
     @property
     def stats(self):
         """Counters shaped like the file store's (no fsyncs in memory)."""
-        return {"fsyncs": 0, "records": self._ops, "batches": self._ops,
+        return {"fsyncs": 0, "fsync_seconds": 0.0, "records": self._ops,
+                "batches": self._ops,
                 "records_per_fsync": 0.0}
 
     def restarted(self):
