@@ -14,13 +14,12 @@ from tests.hostile.test_logins import stomp_login
 pytestmark = pytest.mark.e2e
 
 ATTEMPTS = 20
-#: How far apart the two fastest answers may be, as a ratio. The fastest of 20 is the
-#: attempt the rest of the machine disturbed least (noise only ever adds time), so it
-#: stands for the work done; a busy machine still moves it by a few tens of per cent. A
-#: check skipped for unknown users would answer them in a millisecond or two against the
-#: ~100 ms of the hash (a ratio of 50 or more), and a second hash for existing users
-#: would double theirs: both lie far outside this bound.
-MAX_RATIO = 1.6
+#: How far apart the two medians may be, as a ratio. The work itself is counted, not
+#: timed, in tests/security/test_guard.py (one PBKDF2 check of the same strength per
+#: attempt); here the whole path through a real broker is timed, and a busy machine
+#: moves a median by tens of per cent. A check skipped for unknown users would answer
+#: them in a millisecond or two against the ~100 ms of the hash, a ratio of 50 or more.
+MAX_RATIO = 3
 
 
 def failed_login(address, login, passcode):
@@ -31,9 +30,10 @@ def failed_login(address, login, passcode):
 
 
 def test_failed_logins_take_as_long_for_unknown_users(broker_factory):  # noqa: F811
-    """A failed login takes as long for an existing user with a wrong password as for a
-    user that does not exist (fastest of 20 attempts each, interleaved, within a factor
-    of 1.6 either way); each failure is logged with the user name and the address."""
+    """A failed login takes about as long for a user that does not exist as for an
+    existing user with a wrong password (medians of 20 attempts each, interleaved,
+    within a factor of 3 either way, where a skipped check would be 50 times faster);
+    each failure is logged with the user name and the address."""
     # Every attempt comes from 127.0.0.1: the failure throttle is widened so that it
     # slows none of them (its delays are not what is measured here).
     broker = broker_factory({"mqgate.authentication.failures.free": "1000"})
@@ -43,10 +43,9 @@ def test_failed_logins_take_as_long_for_unknown_users(broker_factory):  # noqa: 
     for _ in range(ATTEMPTS):
         existing.append(failed_login(address, "admin", "not-the-password"))
         unknown.append(failed_login(address, "nobody-by-this-name", "not-the-password"))
-    a, b = min(existing), min(unknown)
-    figures = (f"fastest {a * 1000:.1f} ms for an existing user, {b * 1000:.1f} ms for "
-               f"an unknown one; medians {statistics.median(existing) * 1000:.1f} and "
-               f"{statistics.median(unknown) * 1000:.1f} ms ({ATTEMPTS} each)")
+    a, b = statistics.median(existing), statistics.median(unknown)
+    figures = (f"median {a * 1000:.1f} ms for an existing user, {b * 1000:.1f} ms for "
+               f"an unknown one ({ATTEMPTS} each)")
     print(figures)
     assert a > 0.01, f"no password check at all? {figures}"
     assert max(a, b) <= MAX_RATIO * min(a, b), figures
