@@ -102,6 +102,8 @@ class PortMapperFactory(Factory):
         read timeout, FACTS 1.1 default 0.5 s).
     """
 
+    noisy = False  # the service logs its own line; Twisted's adds an object address
+
     protocol = PortMapperProtocol
 
     def __init__(self, table_source, clock, timeout=DEFAULT_TIMEOUT):

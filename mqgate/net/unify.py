@@ -204,6 +204,8 @@ class PortUnificationFactory(Factory):
         It must close the transport.
     """
 
+    noisy = False  # the service logs its own line; Twisted's adds an object address
+
     login_slots = None
 
     def __init__(self, factories, clock, timeout=DEFAULT_TIMEOUT,
