@@ -1,5 +1,7 @@
 """The metrics topics publisher (S5.3, FACTS 1.5) on a real core and a task.Clock."""
 
+import dataclasses
+
 import pytest
 from twisted.logger import capturedLogs, formatEvent
 
@@ -7,9 +9,11 @@ from mqgate.amqp.message import AMQP_VALUE, parse_message
 from mqgate.core import BrokerMessage
 from mqgate.core.addresses import NotFound
 from mqgate.core.broker import Unauthorized
+from mqgate.admin.requests import AdminContext
 from mqgate.egress.clients import ClientRegistry
 from mqgate.metrics import topics
 from mqgate.metrics.process import ProcessSample
+from mqgate.metrics.snapshot import MetricsSources
 from mqgate.metrics.topics import MetricsTopics, TopicSettings
 from tests.core import consume, make_broker, send
 
@@ -22,7 +26,9 @@ _SAMPLE = ProcessSample(rss_bytes=50 << 20, peak_rss_bytes=60 << 20,
 def _publisher(settings=TopicSettings(), **config):
     broker, clock = make_broker(**config)
     clock.advance(1_700_000_000)     # an epoch time, as the reactor's clock gives
-    metrics = MetricsTopics(broker, ClientRegistry(), clock, settings,
+    context = AdminContext(broker, ClientRegistry(), None,
+                           metrics=MetricsSources(clock, clock.seconds()))
+    metrics = MetricsTopics(context, clock, settings,
                             identity=lambda: ("broker.example", 7676),
                             sample=lambda: _SAMPLE)
     metrics.startService()
@@ -94,7 +100,8 @@ def test_destination_metrics_match_what_was_sent():
     assert body["numMsgsOut"] == 0
     assert body["numActiveConsumers"] == 0
     assert body["numBackupConsumers"] == 0
-    assert "msgBytesIn" not in body      # not kept: left out, not made up
+    assert (body["msgBytesIn"], body["msgBytesOut"], body["peakNumMsgs"]) == (151, 0, 3)
+    assert "avgNumMsgs" not in body      # not kept: left out, not made up
 
     _, reader = consume(broker, "queue://X", credit=2, settle="accepted")
     consume(broker, "topic://news")
@@ -139,7 +146,7 @@ def test_destination_list_and_broker_totals():
 def test_jvm_fields_from_the_process_sample():
     """mq.metrics.jvm maps the process's memory onto the Java names and adds threads
     and CPU time."""
-    fields = topics.jvm_fields(_SAMPLE)
+    fields = topics.jvm_fields(dataclasses.asdict(_SAMPLE))
     assert fields["totalMemory"] == 50 << 20
     assert fields["maxMemory"] == 8 << 30
     assert fields["freeMemory"] == (8 << 30) - (50 << 20)
@@ -150,7 +157,7 @@ def test_jvm_fields_from_the_process_sample():
 def test_jvm_fields_leave_out_what_the_platform_cannot_say():
     """Without the machine's memory, maxMemory and freeMemory are absent, not 0."""
     sample = ProcessSample(1, 1, None, 1, 0.0, 0.0, None, 1, None)
-    fields = topics.jvm_fields(sample)
+    fields = topics.jvm_fields(dataclasses.asdict(sample))
     assert "maxMemory" not in fields and "freeMemory" not in fields
     assert "openFiles" not in fields and "virtualMemory" not in fields
 
