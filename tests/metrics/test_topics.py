@@ -301,3 +301,23 @@ def test_a_failing_sample_is_logged_and_the_others_go_on():
     metrics._sample = lambda: _SAMPLE
     clock.advance(10)
     assert (len(jvm.deliveries), len(totals.deliveries)) == (2, 3)
+
+
+def test_rejected_messages_show_in_both_queue_and_topic_samples():
+    """A message a consumer rejects counts in numRejectedMsgs (and numDiscardedMsgs)
+    of its queue's sample, and of its topic's when it came through a subscription."""
+    metrics, broker, clock = _publisher()
+    send(broker, "queue://R", b"bad", b"good")
+    consumer, reader = consume(broker, "queue://R", credit=1)
+    consumer.settle(reader.deliveries[0], "rejected")
+    sub, sub_reader = consume(broker, "topic://T", credit=1)
+    send(broker, "topic://T", b"nope")
+    sub.settle(sub_reader.deliveries[0], "rejected")
+    _, qtarget = consume(broker, "topic://mq.metrics.destination.queue.R", credit=5)
+    _, ttarget = consume(broker, "topic://mq.metrics.destination.topic.T", credit=5)
+    clock.advance(0)
+    _, qbody, _ = _decoded(qtarget.deliveries[0])
+    _, tbody, _ = _decoded(ttarget.deliveries[0])
+    assert (qbody["numRejectedMsgs"], qbody["numDiscardedMsgs"], qbody["numMsgs"]) == (
+        1, 1, 1)
+    assert (tbody["numRejectedMsgs"], tbody["numMsgs"]) == (1, 0)
