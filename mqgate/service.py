@@ -441,7 +441,6 @@ def build_broker(settings, reactor):
     # S9.7: the connected clients (each logged-in connection registers) and the
     # client profiles; the admin service's show commands read both (S11.1).
     clients = ClientRegistry()
-    _metrics_topics(settings, broker, clients, reactor, portmapper).setServiceParent(top)
     profiles = profiles_from_settings(settings.family(CLIENT_PROFILE_PREFIX))
     reloadables = top.reloadables = Reloadables()
     access = _access_control(settings, reactor, reloadables, audit, top)
@@ -456,8 +455,11 @@ def build_broker(settings, reactor):
     context = AdminContext(broker, clients, profiles, reloadables, control=control)
     # S5.1, S5.4: what the metrics commands and /metrics read beside the core.
     context.metrics = MetricsSources(reactor, reactor.seconds(), pools=top.pools,
-                                     store=store_service.store)
+                                     store=store_service.store,
+                                     connections=connections)
     context.metrics_exposition = exposition_of(context)
+    # S5.3: the metrics topics read the same snapshots; started before the services.
+    _metrics_topics(settings, context, reactor, portmapper).setServiceParent(top)
     admin_requests = AdminRequests(context, admin_commands(reloadables.names()),
                                    audit=audit)
     egress = top.egress = EgressContext(
@@ -610,7 +612,7 @@ def _port_mapper(settings, reactor, registry):
         registry=registry, entry=("tcp", "PORTMAPPER"))
 
 
-def _metrics_topics(settings, broker, clients, reactor, portmapper):
+def _metrics_topics(settings, context, reactor, portmapper):
     """The metrics topics' publisher (S5.3); its samples name the broker by its host
     and its port mapper's port, as the source system's do (FACTS 1.5)."""
     host = settings.portmapper_address()[0]
@@ -623,7 +625,7 @@ def _metrics_topics(settings, broker, clients, reactor, portmapper):
             return host, settings.portmapper_address()[1]
         return host, address.port
 
-    return MetricsTopics(broker, clients, reactor, TopicSettings.from_settings(settings),
+    return MetricsTopics(context, reactor, TopicSettings.from_settings(settings),
                          identity=identity)
 
 

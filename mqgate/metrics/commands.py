@@ -71,14 +71,25 @@ _BROKER_COLUMNS = (
     ("Msgs held", "messages"), ("Bytes held", "messages_bytes"),
     ("Destinations", "destinations"), ("Connections", "connections"),
 )
+# The process's figures (snapshot.process_snapshot, as Prometheus' process_* and the
+# jvm metrics topic have them) that metrics bkr adds to its data; its table shows
+# the memory in MiB and the CPU time of both modes.
+_PROCESS_KEYS = ("rss_bytes", "peak_rss_bytes", "virtual_bytes", "cpu_user_seconds",
+                 "cpu_system_seconds")
+_PROCESS_COLUMNS = (("Memory (MiB)", "memory_mib"), ("CPU (s)", "cpu_seconds"))
 
 
 def metrics_broker(context, arguments):
-    """C{metrics bkr}: the broker's totals (S5.1)."""
+    """C{metrics bkr}: the broker's totals and its process's memory and CPU (S5.1)."""
     options = parse_options(arguments, BKR_USAGE, values={"-m"})
     _kind(options, _BROKER_KINDS, BKR_USAGE)
     data = snapshot.broker_snapshot(context)
-    return Reply(render_table("Broker metrics", _BROKER_COLUMNS, [data]), data)
+    figures = snapshot.process_snapshot()
+    data.update((key, figures[key]) for key in _PROCESS_KEYS)
+    shown = dict(data, memory_mib=data["rss_bytes"] / (1 << 20),
+                 cpu_seconds=data["cpu_user_seconds"] + data["cpu_system_seconds"])
+    return Reply(render_table("Broker metrics", _BROKER_COLUMNS + _PROCESS_COLUMNS,
+                              [shown]), data)
 
 
 # -- metrics svc -----------------------------------------------------------------------
@@ -140,7 +151,8 @@ def metrics_destination(context, arguments):
 COMMANDS = {
     ("metrics", "bkr"): Command(BKR_USAGE, metrics_broker,
                                 "the broker's messages and bytes in and out, what it "
-                                "holds, its destinations and connections"),
+                                "holds, its destinations and connections, its "
+                                "memory and CPU time"),
     ("metrics", "svc"): Command(SVC_USAGE, metrics_service,
                                 "a service's connections (now, opened, closed), bytes "
                                 "in and out, workers in use"),

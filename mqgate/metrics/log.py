@@ -5,11 +5,12 @@ line before. The source system's C{imq.metrics.interval}; 0 (the default) writes
 the figures being there on request (C{mqgate cmd metrics}, C{/metrics}).
 """
 
-from twisted.application.internet import TimerService
 from twisted.logger import Logger
 
 from mqgate.metrics.commands import rates
 from mqgate.metrics.snapshot import broker_snapshot
+# The looping shape it shares with ping (a setting whose 0 means off).
+from mqgate.net.ping import PeriodicService
 
 __all__ = ["MetricsLogService", "log_line"]
 
@@ -30,7 +31,7 @@ def log_line(figures, per_second):
     return text
 
 
-class MetricsLogService(TimerService):
+class MetricsLogService(PeriodicService):
     """Log the broker's metrics every C{interval} seconds (none when 0 or off).
 
     @param context: the admin context the snapshot reads.
@@ -38,21 +39,9 @@ class MetricsLogService(TimerService):
     """
 
     def __init__(self, interval, context, clock, enabled=True):
-        self.enabled = bool(enabled and interval > 0)
-        super().__init__(interval if self.enabled else 1, self.write)
-        self.setName("metrics-log")
-        self.clock = clock
+        super().__init__("metrics-log", interval, self.write, clock, enabled)
         self._context = context
         self._previous = None
-
-    def startService(self):
-        if self.enabled:
-            super().startService()
-
-    def stopService(self):
-        if self.enabled:
-            return super().stopService()
-        return None
 
     def write(self):
         figures = broker_snapshot(self._context)

@@ -55,9 +55,13 @@ def sample():
     peak = usage.ru_maxrss * 1024   # kilobytes on Linux
     rss, virtual = _statm()
     times = os.times()
+    if rss is None:
+        rss = peak
     return ProcessSample(
-        rss_bytes=rss if rss is not None else peak,
-        peak_rss_bytes=peak,
+        rss_bytes=rss,
+        # The kernel updates its high-water mark lazily: the resident size read now
+        # may be above it, and a peak below the present reads as a mistake.
+        peak_rss_bytes=max(peak, rss),
         virtual_bytes=virtual,
         threads=_threads(),
         cpu_user_seconds=times.user,

@@ -16,8 +16,15 @@ the destinations, never anything per message.
     process_snapshot()                     the broker process (memory, CPU, threads)
 
 C{context} is the admin L{mqgate.admin.requests.AdminContext}; its C{metrics} field,
-a L{MetricsSources}, says where the services and the store are (C{None}: a broker
-core alone, as in unit tests: only the core's figures).
+a L{MetricsSources}, says where the services, the connections and the store are
+(C{None}: a broker core alone, as in unit tests: only the core's figures).
+
+Every figure has one source, which the admin commands, Prometheus, the metrics log
+and the metrics topics all read through these functions: the open connections are
+the broker's L{mqgate.net.connections.ConnectionRegistry} (the one C{list cxn},
+C{list svc} and C{query bkr} read too); the totals of connections opened and closed
+and of bytes read and written are the engine factories' counters; the messages are
+the core's counters.
 
 Names are snake_case English. Totals count since the broker started; C{messages} is
 what a destination holds now (waiting plus delivered and not yet acknowledged), of
@@ -30,6 +37,7 @@ from dataclasses import dataclass, field
 
 from mqgate.core.destinations import Queue
 from mqgate.metrics import process
+from mqgate.net.connections import ConnectionRegistry
 
 __all__ = [
     "MetricsSources", "destination_snapshot", "destinations", "broker_snapshot",
@@ -51,6 +59,8 @@ class MetricsSources:
         start order.
     @ivar pools: service name -> its L{mqgate.net.pool.ServicePool} (workers).
     @ivar store: the message store (anything with a C{stats} dict), or C{None}.
+    @ivar connections: the broker's L{ConnectionRegistry}, the same object as
+        L{mqgate.net.control.BrokerControl}'s: the one count of open connections.
     """
 
     clock: object
@@ -58,6 +68,7 @@ class MetricsSources:
     services: dict = field(default_factory=dict)
     pools: dict = field(default_factory=dict)
     store: object = None
+    connections: ConnectionRegistry = field(default_factory=ConnectionRegistry)
 
 
 # -- destinations --------------------------------------------------------------------
@@ -69,7 +80,8 @@ def destination_snapshot(dest):
     Keys: C{name}, C{type} (C{queue}/C{topic}), C{temporary}; totals C{messages_in},
     C{messages_out} (a queue: acknowledged or handed to a pre-settled consumer; a
     topic: copies handed to its subscriptions), C{bytes_in}, C{bytes_out},
-    C{delivered}, C{dropped}, C{expired}; now: C{messages}, C{messages_ready},
+    C{delivered}, C{dropped}, C{rejected} (refused by a consumer), C{expired};
+    now: C{messages}, C{messages_ready},
     C{messages_unacked}, C{messages_bytes}, C{producers}, C{consumers},
     C{oldest_message_age_seconds}; C{peak_messages} (the most held at once; a topic:
     its fullest subscription's); a topic also C{subscriptions}.
@@ -90,7 +102,7 @@ def _queue_snapshot(queue):
         "messages_in": queue.messages_in, "messages_out": queue.messages_out,
         "bytes_in": queue.bytes_in, "bytes_out": queue.bytes_out,
         "delivered": queue.delivered, "dropped": queue.dropped,
-        "expired": queue.expired,
+        "rejected": queue.rejected, "expired": queue.expired,
         "messages": queue.held, "messages_ready": depth,
         "messages_unacked": queue.in_flight, "messages_bytes": queue.held_bytes,
         "peak_messages": queue.peak_held,
@@ -101,7 +113,7 @@ def _queue_snapshot(queue):
 
 def _topic_snapshot(topic):
     subs = topic.subscriptions
-    held = ready = unacked = held_bytes = consumers = peak = expired = 0
+    held = ready = unacked = held_bytes = consumers = peak = expired = rejected = 0
     age = 0.0
     for sub in subs:
         held += sub.held
@@ -110,6 +122,7 @@ def _topic_snapshot(topic):
         held_bytes += sub.held_bytes
         consumers += len(sub.consumers)
         expired += sub.expired
+        rejected += sub.rejected
         peak = max(peak, sub.peak_held)
         if sub.depth:
             age = max(age, sub.oldest_age())
@@ -118,7 +131,7 @@ def _topic_snapshot(topic):
         "messages_in": topic.messages_in, "messages_out": topic.messages_out,
         "bytes_in": topic.bytes_in, "bytes_out": topic.bytes_out,
         "delivered": sum(sub.delivered for sub in subs), "dropped": topic.dropped,
-        "expired": expired,
+        "rejected": rejected, "expired": expired,
         "messages": held, "messages_ready": ready, "messages_unacked": unacked,
         "messages_bytes": held_bytes, "peak_messages": peak,
         "producers": topic.producers, "consumers": consumers,
@@ -149,8 +162,11 @@ def broker_snapshot(context):
     C{delivered}, C{dropped}, C{expired}; now: C{messages}, C{messages_bytes},
     C{messages_unacked}, C{queues}, C{topics}, C{subscriptions}, C{destinations},
     C{producers} and C{consumers} (attached anywhere);
-    with L{MetricsSources}: C{connections} and C{connections_opened}/C{_closed}
-    (every service), C{uptime_seconds}, C{timestamp} (the clock's seconds).
+    with L{MetricsSources}: C{connections} (open now: the connection registry's
+    count, as C{query bkr}'s), C{connections_opened}/C{_closed} and
+    C{connection_bytes_in}/C{_out} (what every service read from and wrote to its
+    sockets, protocol framing included), C{uptime_seconds}, C{timestamp} (the clock's
+    seconds).
     """
     stats = context.broker.stats
     result = {
@@ -168,8 +184,11 @@ def broker_snapshot(context):
     sources = _sources(context)
     if sources is not None:
         services = [service_snapshot(context, name) for name in service_names(context)]
-        for key in ("connections", "connections_opened", "connections_closed"):
+        for key in ("connections_opened", "connections_closed"):
             result[key] = sum(s[key] for s in services)
+        result["connection_bytes_in"] = sum(s["bytes_in"] for s in services)
+        result["connection_bytes_out"] = sum(s["bytes_out"] for s in services)
+        result["connections"] = len(sources.connections)
         now = sources.clock.seconds()
         result["uptime_seconds"] = max(0.0, now - sources.started)
         result["timestamp"] = now
@@ -203,7 +222,8 @@ def service_names(context):
 def service_snapshot(context, name):
     """One connection service's figures as a dict.
 
-    Keys: C{name}; C{connections} (now), C{connections_opened} and
+    Keys: C{name}; C{connections} (now: the connection registry's count, as
+    C{list svc}'s), C{connections_opened} and
     C{connections_closed} (so far), C{bytes_in} and C{bytes_out} (read and written on
     its connections so far); from its thread pool, when it has one: C{workers_in_use},
     C{workers_idle}, C{max_workers} (-1: no limit), C{connections_refused}.
@@ -217,7 +237,7 @@ def service_snapshot(context, name):
     factories = _factories(service.factory)
     result = {
         "name": name,
-        "connections": sum(len(f.connections) for f in factories),
+        "connections": sources.connections.count(name),
         "connections_opened": sum(f.opened for f in factories),
         "connections_closed": sum(f.closed for f in factories),
         "bytes_in": sum(f.bytes_in for f in factories),
@@ -290,9 +310,10 @@ def store_snapshot(context):
             "bytes_written": stats.get("bytes_written", 0)}
 
 
-def process_snapshot():
-    """The broker process's figures (L{mqgate.metrics.process.sample}) as a dict."""
-    return dataclasses.asdict(process.sample())
+def process_snapshot(sample=process.sample):
+    """The broker process's figures (C{sample()}: L{mqgate.metrics.process.sample})
+    as a dict."""
+    return dataclasses.asdict(sample())
 
 
 def _sources(context):

@@ -27,9 +27,10 @@ core before every attach and anonymous route). Who may consume them is access co
 business (the shipped rules: group admin only).
 
 Each topic's fields come from one function (L{broker_fields}, L{jvm_fields},
-L{destination_list_fields}, L{queue_fields}, L{topic_fields}) reading what the core
-keeps; a figure it does not keep is left out of the map rather than made up (the
-README's "Metrics topics" lists them).
+L{destination_list_fields}, L{destination_fields}) that renames the figures of
+L{mqgate.metrics.snapshot}, the same ones C{metrics bkr|dst}, the metrics log and
+Prometheus show; a figure the broker does not keep is left out of the map rather
+than made up (the README's "Metrics topics" lists them).
 """
 
 import functools
@@ -47,12 +48,12 @@ from mqgate.core.broker import Unauthorized
 from mqgate.core.message import BrokerMessage
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import message_field
-from mqgate.metrics import process
+from mqgate.metrics import process, snapshot
 
 __all__ = [
     "PREFIX", "BROKER", "JVM", "DESTINATION_LIST", "QUEUE_PREFIX", "TOPIC_PREFIX",
     "PRIORITY", "TopicSettings", "MetricsTopics", "broker_fields", "jvm_fields",
-    "destination_list_fields", "queue_fields", "topic_fields", "metrics_topic_of",
+    "destination_list_fields", "destination_fields", "metrics_topic_of",
     "metrics_message",
 ]
 
@@ -102,30 +103,45 @@ class TopicSettings:
                    settings[prefix + "timetolive"], settings[prefix + "persist"])
 
 
-# -- the fields of each topic: one function each, re-pointable at a snapshot ------------
+# -- the fields of each topic: one function each, from the snapshots --------------------
+#
+# The figures are those of mqgate.metrics.snapshot, the ones `metrics bkr|dst`, the
+# metrics log and Prometheus show: these functions only rename them to OpenMQ's keys.
 
-def broker_fields(broker, clients):
-    """C{mq.metrics.broker}: the broker's totals (longs).
+def broker_fields(figures, broker):
+    """C{mq.metrics.broker} (longs) from L{snapshot.broker_snapshot}'s C{figures}.
 
-    numMsgsOut counts hand-overs to consumers (redeliveries too); numMsgs and
-    totalMsgBytes are what the broker holds, waiting or in flight, as
-    C{mqgate.system.max_count} / C{.max_size} count it. Left out (not kept yet):
-    msgBytesIn, msgBytesOut, numPktsIn, numPktsOut, pktBytesIn, pktBytesOut.
+    numConnections counts the open connections, logged in or not (the connection
+    registry, as C{query bkr}); numMsgsOut counts hand-overs to consumers
+    (redeliveries too); msgBytesIn the bytes of the published messages, msgBytesOut
+    those of the messages that left for good (acknowledged, or sent pre-settled);
+    numMsgs and totalMsgBytes what the queues and subscriptions hold, waiting or in
+    flight; pktBytesIn and pktBytesOut what the connections read and wrote, protocol
+    framing included. Left out (not kept): numPktsIn, numPktsOut. Without the
+    services (a core alone) the connection figures are left out too.
     """
-    stats = broker.stats
-    return {
-        "numConnections": len(clients),
-        "numMsgsIn": stats["published"],
-        "numMsgsOut": stats["delivered"],
-        "numMsgs": stats["system_count"],
-        "totalMsgBytes": stats["system_bytes"],
+    fields = {
+        "numMsgsIn": figures["messages_in"],
+        "numMsgsOut": figures["delivered"],
+        "msgBytesIn": figures["bytes_in"],
+        "msgBytesOut": figures["bytes_out"],
+        "numMsgs": figures["messages"],
+        "totalMsgBytes": figures["messages_bytes"],
+        # The broker's own mq.* destinations are left out, as OpenMQ leaves out its
+        # internal ones (FACTS 1.5); the snapshot's `destinations` counts them.
         "numDestinations": sum(1 for _ in _public(broker.queues()))
         + sum(1 for _ in _public(broker.topics())),
     }
+    for key, name in (("numConnections", "connections"),
+                      ("pktBytesIn", "connection_bytes_in"),
+                      ("pktBytesOut", "connection_bytes_out")):
+        if name in figures:
+            fields[key] = figures[name]
+    return fields
 
 
-def jvm_fields(sample):
-    """C{mq.metrics.jvm}, for a Python process (from a L{process.ProcessSample}).
+def jvm_fields(figures):
+    """C{mq.metrics.jvm}, for a Python process, from L{snapshot.process_snapshot}.
 
     The Java names map onto the process's memory: totalMemory is what it holds now
     (resident), maxMemory what it could grow to (the machine's memory), freeMemory
@@ -133,78 +149,63 @@ def jvm_fields(sample):
     cpuUserMillis, cpuSystemMillis, openFiles, maxOpenFiles. A figure the platform
     cannot give is left out.
     """
-    fields = {"totalMemory": sample.rss_bytes, "peakMemory": sample.peak_rss_bytes,
-              "numThreads": sample.threads,
-              "cpuUserMillis": int(sample.cpu_user_seconds * 1000),
-              "cpuSystemMillis": int(sample.cpu_system_seconds * 1000),
-              "maxOpenFiles": sample.max_open_files}
-    if sample.physical_memory is not None:
-        fields["maxMemory"] = sample.physical_memory
-        fields["freeMemory"] = max(sample.physical_memory - sample.rss_bytes, 0)
-    if sample.virtual_bytes is not None:
-        fields["virtualMemory"] = sample.virtual_bytes
-    if sample.open_files is not None:
-        fields["openFiles"] = sample.open_files
+    rss = figures["rss_bytes"]
+    fields = {"totalMemory": rss, "peakMemory": figures["peak_rss_bytes"],
+              "numThreads": figures["threads"],
+              "cpuUserMillis": int(figures["cpu_user_seconds"] * 1000),
+              "cpuSystemMillis": int(figures["cpu_system_seconds"] * 1000),
+              "maxOpenFiles": figures["max_open_files"]}
+    physical = figures["physical_memory"]
+    if physical is not None:
+        fields["maxMemory"] = physical
+        fields["freeMemory"] = max(physical - rss, 0)
+    if figures["virtual_bytes"] is not None:
+        fields["virtualMemory"] = figures["virtual_bytes"]
+    if figures["open_files"] is not None:
+        fields["openFiles"] = figures["open_files"]
     return fields
 
 
-def destination_list_fields(broker):
-    """C{mq.metrics.destination_list}: for every queue and topic (the broker's own
-    C{mq.*} ones aside), its metrics topic's name -> {name, type, isTemporary}."""
-    fields = {}
-    for kind, names, lookup, prefix in (
-            (QUEUE, broker.queues(), broker.queue, QUEUE_PREFIX),
-            (TOPIC, broker.topics(), broker.topic, TOPIC_PREFIX)):
-        for name in _public(names):
-            fields[prefix + name] = {"name": name, "type": kind,
-                                     "isTemporary": bool(lookup(name).temporary)}
-    return fields
+def destination_list_fields(destinations):
+    """C{mq.metrics.destination_list} from L{snapshot.destinations}: for every queue
+    and topic (the broker's own C{mq.*} ones aside), its metrics topic's name ->
+    {name, type, isTemporary}."""
+    prefixes = {QUEUE: QUEUE_PREFIX, TOPIC: TOPIC_PREFIX}
+    return {prefixes[d["type"]] + d["name"]:
+            {"name": d["name"], "type": d["type"], "isTemporary": bool(d["temporary"])}
+            for d in destinations if not d["name"].startswith(_INTERNAL)}
 
 
-def queue_fields(queue):
-    """C{mq.metrics.destination.queue.NAME} (longs).
+def destination_fields(figures):
+    """C{mq.metrics.destination.queue.NAME} or C{.topic.NAME} (longs), from
+    L{snapshot.destination_snapshot}'s C{figures}.
 
+    A topic's figures are summed over its subscriptions (numMsgsIn: published to
+    the topic; numDiscardedMsgs: published while no subscription took them).
     numMsgsOut counts hand-overs (redeliveries too), numAckedMsgs messages that left
-    for good; numMsgs and totalMsgBytes what the queue holds, waiting or in flight;
-    numDiscardedMsgs those it dropped (rejected ones included). mqgate has no backup
-    consumers (always 0). Left out (not kept yet): the averages and peaks, msgBytesIn,
-    msgBytesOut, peakMsgBytes, numPurgedMsgs, numRolledbackMsgs and the disk figures.
+    for good and msgBytesOut their bytes; msgBytesIn the bytes of numMsgsIn; numMsgs
+    and totalMsgBytes what is held, waiting or in flight, and peakNumMsgs the most
+    held at once (a topic: its fullest subscription's); numDiscardedMsgs those
+    dropped (rejected ones included). mqgate has no backup consumers (always 0).
+    Left out (not kept): the averages, the peaks of consumers and of bytes,
+    numPurgedMsgs, numRolledbackMsgs and the disk figures.
     """
-    consumers = len(queue.consumers)
+    consumers = figures["consumers"]
     return {
         "numActiveConsumers": consumers,
         "numConsumers": consumers,
         "numBackupConsumers": 0,
-        "numMsgsIn": queue.messages_in,
-        "numMsgsOut": queue.delivered,
-        "numAckedMsgs": queue.messages_out,
-        "numMsgs": queue.held,
-        "totalMsgBytes": queue.held_bytes,
-        "numExpiredMsgs": queue.expired,
-        "numRejectedMsgs": queue.rejected,
-        "numDiscardedMsgs": queue.dropped,
-    }
-
-
-def topic_fields(topic):
-    """C{mq.metrics.destination.topic.NAME} (longs): numMsgsIn as published to the
-    topic, the rest summed over its subscriptions (numConsumers: their consumers;
-    numMsgs, totalMsgBytes: what they hold); numDiscardedMsgs counts messages
-    published while no subscription took them. Left out as for L{queue_fields}."""
-    subscriptions = topic.subscriptions
-    consumers = sum(len(q.consumers) for q in subscriptions)
-    return {
-        "numActiveConsumers": consumers,
-        "numConsumers": consumers,
-        "numBackupConsumers": 0,
-        "numMsgsIn": topic.messages_in,
-        "numMsgsOut": sum(q.delivered for q in subscriptions),
-        "numAckedMsgs": sum(q.messages_out for q in subscriptions),
-        "numMsgs": sum(q.held for q in subscriptions),
-        "totalMsgBytes": sum(q.held_bytes for q in subscriptions),
-        "numExpiredMsgs": sum(q.expired for q in subscriptions),
-        "numRejectedMsgs": sum(q.rejected for q in subscriptions),
-        "numDiscardedMsgs": topic.dropped,
+        "numMsgsIn": figures["messages_in"],
+        "numMsgsOut": figures["delivered"],
+        "numAckedMsgs": figures["messages_out"],
+        "msgBytesIn": figures["bytes_in"],
+        "msgBytesOut": figures["bytes_out"],
+        "numMsgs": figures["messages"],
+        "peakNumMsgs": figures["peak_messages"],
+        "totalMsgBytes": figures["messages_bytes"],
+        "numExpiredMsgs": figures["expired"],
+        "numRejectedMsgs": figures["rejected"],
+        "numDiscardedMsgs": figures["dropped"],
     }
 
 
@@ -261,9 +262,9 @@ def metrics_message(name, fields, *, now, host, port, settings, message_id=None)
 class MetricsTopics(service.Service):
     """Publishes the metrics topics of one broker (S5.3).
 
-    @param broker: the L{mqgate.core.broker.Broker}; its C{reserved} and
-        C{on_subscribe} hooks are this object's while it runs.
-    @param clients: the L{mqgate.egress.clients.ClientRegistry} (numConnections).
+    @param context: the admin L{mqgate.admin.requests.AdminContext} the snapshots
+        read (L{mqgate.metrics.snapshot}); the hooks C{reserved} and C{on_subscribe}
+        of its C{broker} are this object's while it runs.
     @param clock: an C{IReactorTime} (task.Clock in tests).
     @param settings: the L{TopicSettings}.
     @param identity: C{identity() -> (host, port)}: what the header properties say
@@ -274,10 +275,10 @@ class MetricsTopics(service.Service):
 
     log = Logger(namespace="mqgate.metrics")
 
-    def __init__(self, broker, clients, clock, settings=TopicSettings(),
+    def __init__(self, context, clock, settings=TopicSettings(),
                  identity=lambda: ("localhost", 0), sample=process.sample):
-        self.broker = broker
-        self.clients = clients
+        self.context = context
+        self.broker = context.broker
         self.clock = clock
         self.settings = settings
         self.identity = identity
@@ -400,15 +401,14 @@ class MetricsTopics(service.Service):
 
     def _fields(self, name):
         if name == BROKER:
-            return broker_fields(self.broker, self.clients)
+            return broker_fields(snapshot.broker_snapshot(self.context), self.broker)
         if name == JVM:
-            return jvm_fields(self._sample())
+            return jvm_fields(snapshot.process_snapshot(self._sample))
         if name == DESTINATION_LIST:
-            return destination_list_fields(self.broker)
+            return destination_list_fields(snapshot.destinations(self.broker))
         kind, destination = metrics_topic_of(name)
-        if kind == QUEUE:
-            return queue_fields(self._destination(kind, destination))
-        return topic_fields(self._destination(kind, destination))
+        return destination_fields(
+            snapshot.destination_snapshot(self._destination(kind, destination)))
 
     def _destination(self, kind, name):
         return self.broker.queue(name) if kind == QUEUE else self.broker.topic(name)

@@ -8,6 +8,14 @@ of the egress layer lists only logged-in clients and by name; this one is what a
 operator names a connection by, and it knows the protocol object, so that a
 connection can be closed in its protocol's words (L{close_by_admin}).
 
+It is the broker's one count of open connections: C{list svc} and C{query bkr} (through
+L{mqgate.net.control.BrokerControl}), C{metrics svc}, C{metrics bkr}, Prometheus'
+C{mqgate_connections} and the C{numConnections} of C{mq.metrics.broker} (through
+L{mqgate.metrics.snapshot}, whose L{MetricsSources} holds this same registry) all read
+L{count} or C{len} of it. The engine factories count only totals (connections opened
+and closed, bytes read and written); their C{connections} sets are what shutdown,
+C{pause svc} and ping walk, not a figure anyone reports.
+
 What a connection is shown as (L{describe}) is read from the protocol, its engine and
 its glue when asked: nothing is counted per message for it.
 """

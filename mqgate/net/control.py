@@ -47,7 +47,9 @@ class BrokerControl:
     the way to stop or restart it.
 
     @param services: the L{mqgate.net.services.ConnectionService}s, port mapper first.
-    @param connections: the L{mqgate.net.connections.ConnectionRegistry}.
+    @param connections: the L{mqgate.net.connections.ConnectionRegistry}: the broker's
+        one count of open connections, which the metrics snapshot reads too
+        (L{mqgate.metrics.snapshot.MetricsSources} holds the same object).
     @param broker: the core L{mqgate.core.broker.Broker}.
     @param store: what the store is (C{"file store in DIR, sync on"}), or None.
     @param at_exit: registers a function to run at interpreter exit (L{atexit}).

@@ -7,18 +7,24 @@ timeout is closed by its engine, which gives its unsettled deliveries back.
 
 from twisted.application.internet import TimerService
 
-__all__ = ["PingService"]
+__all__ = ["PingService", "PeriodicService"]
 
 
-class PingService(TimerService):
-    """Ping every connection of some connection services at a fixed interval."""
+class PeriodicService(TimerService):
+    """Call C{work()} when started and then every C{interval} seconds, on C{clock};
+    with an interval of 0 or less (or None), or C{enabled} false, do nothing at all:
+    no timer is set.
 
-    def __init__(self, interval, services, clock):
-        self.services = services
-        super().__init__(interval if interval and interval > 0 else 0, self.ping_all)
-        self.setName("ping")
+    The shape ping and the metrics log (L{mqgate.metrics.log}) share: a setting
+    whose 0 means off. (The metrics topics keep their own loop: theirs starts
+    without a call at once, and their hooks on the core work while it is off.)
+    """
+
+    def __init__(self, name, interval, work, clock, enabled=True):
+        self.enabled = bool(enabled and interval is not None and interval > 0)
+        super().__init__(interval if self.enabled else 1, work)
+        self.setName(name)
         self.clock = clock
-        self.enabled = bool(interval and interval > 0)
 
     def startService(self):
         if self.enabled:
@@ -28,6 +34,14 @@ class PingService(TimerService):
         if self.enabled:
             return super().stopService()
         return None
+
+
+class PingService(PeriodicService):
+    """Ping every connection of some connection services at a fixed interval."""
+
+    def __init__(self, interval, services, clock):
+        self.services = services
+        super().__init__("ping", interval, self.ping_all, clock)
 
     def ping_all(self):
         for service in self.services:

@@ -8,6 +8,10 @@ from twisted.internet.address import IPv4Address
 from mqgate.admin.broker_commands import COMMANDS, render_table
 from mqgate.admin.requests import AdminContext, AdminRequest, BadRequest, \
     NotFoundError, dispatch
+from mqgate.metrics.commands import COMMANDS as METRICS_COMMANDS
+from mqgate.metrics.prometheus import exposition
+from mqgate.metrics.snapshot import MetricsSources, broker_snapshot
+from mqgate.metrics.topics import broker_fields
 from mqgate.net.connections import ADMIN_CLOSE, ConnectionRegistry
 from mqgate.net.control import REPLY_GRACE, BrokerControl
 from mqgate.net.services import ConnectionService
@@ -299,3 +303,37 @@ def test_bytes_read_before_the_pause_wait_for_the_resume(setup):
     setup.clock.advance(0)
     peer.pump()
     assert setup.run("list", "cxn").data[0]["state"] == "OPEN"
+
+
+def _connection_counts(setup):
+    """What every place that reports the open connections says now."""
+    context = setup.context
+    metrics_run = lambda *words: dispatch(  # noqa: E731
+        METRICS_COMMANDS, context, AdminRequest(words[0], words[1], words[2:]))
+    [jms_row] = [r for r in setup.run("list", "svc").data if r["name"] == "jms"]
+    body = exposition(context)[0].decode()
+    [prometheus] = [line.split()[-1] for line in body.splitlines()
+                    if line.startswith('mqgate_connections{service="jms"}')]
+    return {
+        "list svc": jms_row["connections"],
+        "query bkr": setup.run("query", "bkr").data["connections"],
+        "metrics svc": metrics_run("metrics", "svc", "-n", "jms").data["connections"],
+        "metrics bkr": metrics_run("metrics", "bkr").data["connections"],
+        "prometheus": int(float(prometheus)),
+        "numConnections": broker_fields(broker_snapshot(context),
+                                        context.broker)["numConnections"],
+    }
+
+
+def test_every_report_of_open_connections_reads_the_same_count(setup):
+    """list svc, query bkr, metrics svc|bkr, Prometheus and the metrics topic's
+    numConnections all say how many connections are open, logged in or not yet."""
+    setup.context.metrics = MetricsSources(setup.clock, services={"jms": setup.jms},
+                                           connections=setup.registry)
+    assert set(_connection_counts(setup).values()) == {0}
+    first = setup.harness.opened(port=40001)
+    setup.harness.connect(port=40002)      # still logging in: counted too
+    setup.harness.opened(port=40003)
+    assert set(_connection_counts(setup).values()) == {3}
+    first.lose()
+    assert set(_connection_counts(setup).values()) == {2}

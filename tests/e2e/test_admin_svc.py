@@ -254,6 +254,29 @@ def test_query_bkr(broker, passfile):
     assert data["version"]
 
 
+def test_svc_and_bkr_commands_count_the_same_connections(broker, passfile):
+    """With a Proton connection on jms and a raw socket still logging in on stomp,
+    `list svc`, `metrics svc` and `list cxn` agree on each service's connections, and
+    `metrics bkr` and `query bkr` on the broker's once the commands' own have gone."""
+    with opened(broker, container_id="counted"), \
+            socket.create_connection(("127.0.0.1", broker.port("stomp"))):
+        wait_until(lambda: len(connections(broker, passfile, "-svn", "stomp")) == 1,
+                   10, "the raw socket listed")
+        rows = {r["name"]: r for r in cmd_json(broker, passfile, "list", "svc")}
+        for name in ("jms", "stomp"):
+            figures = cmd_json(broker, passfile, "metrics", "svc", "-n", name)
+            listed = connections(broker, passfile, "-svn", name)
+            assert rows[name]["connections"] == figures["connections"] == len(listed) == 1
+
+        def both():
+            # Each command counts its own admin connection; an earlier command's may
+            # still be closing when the next one asks.
+            queried = cmd_json(broker, passfile, "query", "bkr")["connections"]
+            metered = cmd_json(broker, passfile, "metrics", "bkr")["connections"]
+            return (queried, metered) if queried == metered == 3 else None
+        assert wait_until(both, 10, "query bkr and metrics bkr: 3 connections")
+
+
 def test_pause_bkr_pauses_normal_services_only(broker, passfile):
     """`pause bkr` pauses jms and stomp, leaves admin working; `resume bkr` undoes it."""
     assert cmd(broker, passfile, "pause", "bkr").returncode == 0

@@ -24,10 +24,12 @@ from tests.e2e.stomp_client import clients, unique
 UNAUTHORIZED = "amqp:unauthorized-access"
 NOT_FOUND = "amqp:not-found"
 BROKER_FIELDS = {"numConnections", "numMsgsIn", "numMsgsOut", "numMsgs",
-                 "totalMsgBytes", "numDestinations"}
+                 "totalMsgBytes", "numDestinations", "msgBytesIn", "msgBytesOut",
+                 "pktBytesIn", "pktBytesOut"}
 QUEUE_FIELDS = {"numActiveConsumers", "numConsumers", "numBackupConsumers", "numMsgsIn",
                 "numMsgsOut", "numAckedMsgs", "numMsgs", "totalMsgBytes",
-                "numExpiredMsgs", "numRejectedMsgs", "numDiscardedMsgs"}
+                "numExpiredMsgs", "numRejectedMsgs", "numDiscardedMsgs", "msgBytesIn",
+                "msgBytesOut", "peakNumMsgs"}
 
 
 def _users(directory):
@@ -97,6 +99,8 @@ def test_stomp_subscriber_gets_queue_metrics_at_once(broker, open_client):
     assert body["numMsgsIn"] == 3
     assert body["numMsgs"] == 3
     assert body["numMsgsOut"] == 0 and body["numActiveConsumers"] == 0
+    assert body["peakNumMsgs"] == 3 and body["msgBytesOut"] == 0
+    assert body["msgBytesIn"] == body["totalMsgBytes"]      # all still held
     # Each message is held as AMQP bytes: its body plus the sections STOMP headers
     # became, a few dozen bytes each.
     assert sum(map(len, bodies)) < body["totalMsgBytes"] < sum(map(len, bodies)) + 3 * 300
@@ -205,6 +209,36 @@ def test_only_the_admin_group_may_subscribe(broker, open_client):
         conn.create_receiver(f"topic://{unique('news')}")
     finally:
         conn.close()
+
+
+def test_broker_sample_counts_the_bytes_the_client_sent_and_took(tmp_path):
+    """On a fresh broker, the first mq.metrics.broker sample carries msgBytesIn equal
+    to the encoded bytes of the messages a Proton client sent, msgBytesOut those of
+    the ones it accepted, the client's one connection, and at least as many bytes
+    read from the sockets as the messages hold."""
+    process = _start(tmp_path)
+    try:
+        messages = [Message(id=f"m-{i}", body="x" * 500) for i in range(5)]
+        size = len(messages[0].encode())
+        with opened(process) as conn:
+            sender = conn.create_sender("queue://metered")
+            for message in messages:
+                sender.send(message)
+            reader = conn.create_receiver("queue://metered", credit=2)
+            receive_all(reader, 2)
+            reader.close()      # the accepts go out with the detach
+            [sample] = receive_all(conn.create_receiver("topic://mq.metrics.broker"), 1)
+    finally:
+        process.kill()
+    body = sample.body
+    assert set(body) == BROKER_FIELDS
+    assert (body["numMsgsIn"], body["msgBytesIn"]) == (5, 5 * size)
+    assert (body["numMsgsOut"], body["msgBytesOut"]) == (2, 2 * size)
+    assert (body["numMsgs"], body["totalMsgBytes"]) == (3, 3 * size)
+    assert body["numConnections"] == 1
+    assert body["pktBytesIn"] > 5 * size and body["pktBytesOut"] > 2 * size
+    print(f"msgBytesIn {body['msgBytesIn']} for 5 messages of {size} bytes; "
+          f"pktBytesIn {body['pktBytesIn']}, pktBytesOut {body['pktBytesOut']}")
 
 
 def test_samples_follow_the_interval(tmp_path):

@@ -1,6 +1,8 @@
 """The metrics admin commands (S5.1, S11.1) on a real broker core, and the sampling
 that `mqgate cmd` does with -int and -msp."""
 
+import os
+
 import pytest
 from twisted.internet.task import Clock
 
@@ -68,6 +70,28 @@ def test_metrics_bkr_and_unknown_service(context):
     assert reply.text.startswith("Broker metrics")
     with pytest.raises(NotFoundError, match="no service 'jms' is running.*list svc"):
         metrics_service(context, ["-n", "jms"])
+
+
+def test_metrics_bkr_has_the_process_memory_and_cpu(context):
+    """metrics bkr carries the broker process's resident memory and CPU time, as the
+    kernel reports them, in its data and its table."""
+    before = os.times()
+    reply = metrics_broker(context, [])
+    after = os.times()
+    data = reply.data
+    with open("/proc/self/status") as status:
+        [vm_rss] = [line.split()[1] for line in status if line.startswith("VmRSS:")]
+    kernel_rss = int(vm_rss) * 1024
+    assert abs(data["rss_bytes"] - kernel_rss) < kernel_rss // 10
+    assert data["peak_rss_bytes"] >= data["rss_bytes"] > 0
+    assert before.user - 0.01 <= data["cpu_user_seconds"] <= after.user + 0.01
+    assert before.system - 0.01 <= data["cpu_system_seconds"] <= after.system + 0.01
+    heads, rule, values = reply.text.splitlines()[2:5]
+    assert "Memory (MiB)" in heads and "CPU (s)" in heads
+    memory, cpu = values.split()[-2:]
+    assert float(memory) == pytest.approx(data["rss_bytes"] / (1 << 20), abs=0.01)
+    assert float(cpu) == pytest.approx(
+        data["cpu_user_seconds"] + data["cpu_system_seconds"], abs=0.01)
 
 
 def test_commands_run_through_the_admin_table(context):

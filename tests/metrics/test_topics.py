@@ -1,5 +1,7 @@
 """The metrics topics publisher (S5.3, FACTS 1.5) on a real core and a task.Clock."""
 
+import dataclasses
+
 import pytest
 from twisted.logger import capturedLogs, formatEvent
 
@@ -7,9 +9,11 @@ from mqgate.amqp.message import AMQP_VALUE, parse_message
 from mqgate.core import BrokerMessage
 from mqgate.core.addresses import NotFound
 from mqgate.core.broker import Unauthorized
+from mqgate.admin.requests import AdminContext
 from mqgate.egress.clients import ClientRegistry
 from mqgate.metrics import topics
 from mqgate.metrics.process import ProcessSample
+from mqgate.metrics.snapshot import MetricsSources
 from mqgate.metrics.topics import MetricsTopics, TopicSettings
 from tests.core import consume, make_broker, send
 
@@ -22,7 +26,9 @@ _SAMPLE = ProcessSample(rss_bytes=50 << 20, peak_rss_bytes=60 << 20,
 def _publisher(settings=TopicSettings(), **config):
     broker, clock = make_broker(**config)
     clock.advance(1_700_000_000)     # an epoch time, as the reactor's clock gives
-    metrics = MetricsTopics(broker, ClientRegistry(), clock, settings,
+    context = AdminContext(broker, ClientRegistry(), None,
+                           metrics=MetricsSources(clock, clock.seconds()))
+    metrics = MetricsTopics(context, clock, settings,
                             identity=lambda: ("broker.example", 7676),
                             sample=lambda: _SAMPLE)
     metrics.startService()
@@ -94,7 +100,8 @@ def test_destination_metrics_match_what_was_sent():
     assert body["numMsgsOut"] == 0
     assert body["numActiveConsumers"] == 0
     assert body["numBackupConsumers"] == 0
-    assert "msgBytesIn" not in body      # not kept: left out, not made up
+    assert (body["msgBytesIn"], body["msgBytesOut"], body["peakNumMsgs"]) == (151, 0, 3)
+    assert "avgNumMsgs" not in body      # not kept: left out, not made up
 
     _, reader = consume(broker, "queue://X", credit=2, settle="accepted")
     consume(broker, "topic://news")
@@ -139,7 +146,7 @@ def test_destination_list_and_broker_totals():
 def test_jvm_fields_from_the_process_sample():
     """mq.metrics.jvm maps the process's memory onto the Java names and adds threads
     and CPU time."""
-    fields = topics.jvm_fields(_SAMPLE)
+    fields = topics.jvm_fields(dataclasses.asdict(_SAMPLE))
     assert fields["totalMemory"] == 50 << 20
     assert fields["maxMemory"] == 8 << 30
     assert fields["freeMemory"] == (8 << 30) - (50 << 20)
@@ -150,7 +157,7 @@ def test_jvm_fields_from_the_process_sample():
 def test_jvm_fields_leave_out_what_the_platform_cannot_say():
     """Without the machine's memory, maxMemory and freeMemory are absent, not 0."""
     sample = ProcessSample(1, 1, None, 1, 0.0, 0.0, None, 1, None)
-    fields = topics.jvm_fields(sample)
+    fields = topics.jvm_fields(dataclasses.asdict(sample))
     assert "maxMemory" not in fields and "freeMemory" not in fields
     assert "openFiles" not in fields and "virtualMemory" not in fields
 
@@ -294,3 +301,23 @@ def test_a_failing_sample_is_logged_and_the_others_go_on():
     metrics._sample = lambda: _SAMPLE
     clock.advance(10)
     assert (len(jvm.deliveries), len(totals.deliveries)) == (2, 3)
+
+
+def test_rejected_messages_show_in_both_queue_and_topic_samples():
+    """A message a consumer rejects counts in numRejectedMsgs (and numDiscardedMsgs)
+    of its queue's sample, and of its topic's when it came through a subscription."""
+    metrics, broker, clock = _publisher()
+    send(broker, "queue://R", b"bad", b"good")
+    consumer, reader = consume(broker, "queue://R", credit=1)
+    consumer.settle(reader.deliveries[0], "rejected")
+    sub, sub_reader = consume(broker, "topic://T", credit=1)
+    send(broker, "topic://T", b"nope")
+    sub.settle(sub_reader.deliveries[0], "rejected")
+    _, qtarget = consume(broker, "topic://mq.metrics.destination.queue.R", credit=5)
+    _, ttarget = consume(broker, "topic://mq.metrics.destination.topic.T", credit=5)
+    clock.advance(0)
+    _, qbody, _ = _decoded(qtarget.deliveries[0])
+    _, tbody, _ = _decoded(ttarget.deliveries[0])
+    assert (qbody["numRejectedMsgs"], qbody["numDiscardedMsgs"], qbody["numMsgs"]) == (
+        1, 1, 1)
+    assert (tbody["numRejectedMsgs"], tbody["numMsgs"]) == (1, 0)
