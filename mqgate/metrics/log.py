@@ -10,7 +10,7 @@ from twisted.logger import Logger
 from mqgate.metrics.commands import rates
 from mqgate.metrics.snapshot import broker_snapshot
 # The looping shape it shares with ping (a setting whose 0 means off).
-from mqgate.net.ping import PeriodicService
+from mqgate.net.periodic import PeriodicService
 
 __all__ = ["MetricsLogService", "log_line"]
 

@@ -5,35 +5,9 @@ is then found by the failing write; a peer that is there but silent past its idl
 timeout is closed by its engine, which gives its unsettled deliveries back.
 """
 
-from twisted.application.internet import TimerService
+from mqgate.net.periodic import PeriodicService
 
-__all__ = ["PingService", "PeriodicService"]
-
-
-class PeriodicService(TimerService):
-    """Call C{work()} when started and then every C{interval} seconds, on C{clock};
-    with an interval of 0 or less (or None), or C{enabled} false, do nothing at all:
-    no timer is set.
-
-    The shape ping and the metrics log (L{mqgate.metrics.log}) share: a setting
-    whose 0 means off. (The metrics topics keep their own loop: theirs starts
-    without a call at once, and their hooks on the core work while it is off.)
-    """
-
-    def __init__(self, name, interval, work, clock, enabled=True):
-        self.enabled = bool(enabled and interval is not None and interval > 0)
-        super().__init__(interval if self.enabled else 1, work)
-        self.setName(name)
-        self.clock = clock
-
-    def startService(self):
-        if self.enabled:
-            super().startService()
-
-    def stopService(self):
-        if self.enabled:
-            return super().stopService()
-        return None
+__all__ = ["PingService"]
 
 
 class PingService(PeriodicService):

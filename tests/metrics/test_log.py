@@ -8,7 +8,7 @@ from mqgate.core import Broker, BrokerMessage
 from mqgate.egress.clients import ClientRegistry
 from mqgate.metrics.log import MetricsLogService
 from mqgate.metrics.snapshot import MetricsSources
-from mqgate.net.ping import PeriodicService
+from mqgate.net.periodic import PeriodicService
 
 
 def _lines(service, clock, steps):
