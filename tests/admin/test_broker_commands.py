@@ -5,9 +5,10 @@ task.Clock for time, fake listening ports and a fake reactor's stop."""
 import pytest
 from twisted.internet.address import IPv4Address
 
-from mqgate.admin.broker_commands import COMMANDS, render_table
+from mqgate.admin.broker_commands import COMMANDS
 from mqgate.admin.requests import AdminContext, AdminRequest, BadRequest, \
     NotFoundError, dispatch
+from mqgate.admin.tables import render_table
 from mqgate.net.connections import ADMIN_CLOSE, ConnectionRegistry
 from mqgate.net.control import REPLY_GRACE, BrokerControl
 from mqgate.net.services import ConnectionService
