@@ -5,29 +5,18 @@ is then found by the failing write; a peer that is there but silent past its idl
 timeout is closed by its engine, which gives its unsettled deliveries back.
 """
 
-from twisted.application.internet import TimerService
+from mqgate.net.timers import IntervalService
 
 __all__ = ["PingService"]
 
 
-class PingService(TimerService):
-    """Ping every connection of some connection services at a fixed interval."""
+class PingService(IntervalService):
+    """Ping every connection of some connection services at a fixed interval (none
+    when the interval is 0)."""
 
     def __init__(self, interval, services, clock):
         self.services = services
-        super().__init__(interval if interval and interval > 0 else 0, self.ping_all)
-        self.setName("ping")
-        self.clock = clock
-        self.enabled = bool(interval and interval > 0)
-
-    def startService(self):
-        if self.enabled:
-            super().startService()
-
-    def stopService(self):
-        if self.enabled:
-            return super().stopService()
-        return None
+        super().__init__("ping", interval, self.ping_all, clock)
 
     def ping_all(self):
         for service in self.services:
