@@ -20,9 +20,10 @@ returns a L{Reply} whose C{text} is a table and whose C{data} is the same figure
 
 from mqgate.admin.options import parse_options
 from mqgate.admin.requests import BadRequest, Command, NotFoundError, Reply
+from mqgate.admin.tables import render_pairs, render_table
 from mqgate.net.connections import close_by_admin, describe
 
-__all__ = ["COMMANDS", "render_table"]
+__all__ = ["COMMANDS"]
 
 _LIST_SVC = "list svc"
 _QUERY_SVC = "query svc -n NAME"
@@ -36,24 +37,6 @@ _PAUSE_BKR = "pause bkr"
 _RESUME_BKR = "resume bkr"
 _SHUTDOWN_BKR = "shutdown bkr [-time SECONDS]"
 _RESTART_BKR = "restart bkr"
-
-
-def render_table(headers, rows):
-    """A table as imqcmd prints them: a ruled header, then one line per row."""
-    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in row]
-                                          for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
-
-    def line(row):
-        return "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
-
-    return "\n".join([rule, line(cells[0]), rule, *map(line, cells[1:])])
-
-
-def _pairs(pairs):
-    """A query's figures as a two-column table of labels and values."""
-    return render_table(("Property", "Value"), pairs)
 
 
 def _control(context):
@@ -112,7 +95,7 @@ def query_service(context, arguments):
     address = service.address
     row["host"] = address.host if address is not None else None
     row.update(service.details)
-    return Reply(_pairs(row.items()), row)
+    return Reply(render_pairs(row.items()), row)
 
 
 def pause_service(context, arguments):
@@ -188,7 +171,7 @@ def query_connection(context, arguments):
     control = _control(context)
     protocol = _connection(control, arguments, _QUERY_CXN)
     row = describe(protocol, control.now(), detail=True)
-    return Reply(_pairs(row.items()), row)
+    return Reply(render_pairs(row.items()), row)
 
 
 def destroy_connection(context, arguments):
@@ -224,7 +207,7 @@ def query_broker(context, arguments):
         "store": control.store,
     }
     shown = dict(row, services=", ".join(f"{n} ({s})" for n, s in row["services"].items()))
-    return Reply(_pairs(shown.items()), row)
+    return Reply(render_pairs(shown.items()), row)
 
 
 def pause_broker(context, arguments):

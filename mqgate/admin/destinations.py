@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 from mqgate.admin.options import (
     PAUSE_TARGETS, destination_type, parse_options, property_pairs)
 from mqgate.admin.requests import AdminError, BadRequest, Command, NotFoundError, Reply
+from mqgate.admin.tables import render_pairs, render_table
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, check_name)
 from mqgate.core.destinations import RUNNING, Queue
@@ -96,21 +97,6 @@ def _kind_word(kind):
 
 def _is_internal(name):
     return name.startswith(_TEMPORARY_PREFIX) or name.startswith(_RESERVED_PREFIX)
-
-
-def _table(headers, rows):
-    """Rows under headers, columns as wide as their widest cell (imqcmd's layout)."""
-    cells = [list(headers)] + [[str(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in cells]
-    rule = "-" * len(lines[0])
-    return "\n".join([rule, lines[0], rule, *lines[1:], rule])
-
-
-def _pairs(rows):
-    """Two columns, property and value (imqcmd's query layout)."""
-    return _table(("Property", "Value"), rows)
 
 
 def _destination_options(arguments, usage, *, values=(), repeated=()):
@@ -244,7 +230,7 @@ def list_dst(context, arguments):
     rows = [(d["name"], d["type"], d["state"], d["producers"], d["consumers"],
              d["messages"], d["bytes"], d["unacked"]) for d in data]
     what = "destinations" if len(kinds) == 2 else f"{_kind_word(kinds[0])}s"
-    text = f"{len(data)} {what}\n" + _table(_LIST_HEADERS, rows)
+    text = f"{len(data)} {what}\n" + render_table(_LIST_HEADERS, rows)
     return Reply(text, data)
 
 
@@ -286,7 +272,7 @@ def query_dst(context, arguments):
                  ("  Durable", data["durable_subscriptions"])]
     rows += [(name, _limit_text(value)) for name, value in data["limits"].items()]
     rows.append(("Temporary", "true" if data["temporary"] else "false"))
-    return Reply(_pairs(rows), data)
+    return Reply(render_pairs(rows), data)
 
 
 def _limit_text(value):
@@ -483,7 +469,7 @@ def list_dur(context, arguments):
             "bytes": queue.held_bytes, "unacked": queue.in_flight, "owner": queue.owner})
     rows = [(d["name"], d["client_id"], d["topic"], d["state"], d["messages"],
              d["bytes"], d["unacked"], d["owner"] or "-") for d in data]
-    text = f"{len(data)} durable subscriptions\n" + _table(_DUR_HEADERS, rows)
+    text = f"{len(data)} durable subscriptions\n" + render_table(_DUR_HEADERS, rows)
     return Reply(text, data)
 
 

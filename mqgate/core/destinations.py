@@ -86,12 +86,43 @@ PAUSED = "PAUSED"
 _CHANGES_KEPT = 64
 
 
+class _Operated:
+    """What queues and topics share for operators (S11.1, C{pause dst}, C{list dst}):
+    the producers attached by name, and the pause an operator put on them.
+
+    Each destination lists C{attached}, C{pause} and C{holding} in its own
+    C{__slots__} (this class has none, so the layout and the hot path's reads of
+    C{holding} stay what they were) and calls L{_init_operated} from C{__init__}.
+    """
+
+    __slots__ = ()
+
+    def _init_operated(self):
+        self.attached = {}       # producers attached to it by name, in order
+        self.pause = None        # the operator's Pause, or None: running
+        self.holding = None      # the Pause while its producers are paused (one test)
+
+    @property
+    def producers(self):
+        """How many producers are attached to it by name."""
+        return len(self.attached)
+
+    @property
+    def state(self):
+        """L{RUNNING}, L{PRODUCERS_PAUSED}, L{CONSUMERS_PAUSED} or L{PAUSED}."""
+        pause = self.pause
+        if pause is None or not (pause.producers or pause.consumers):
+            return RUNNING
+        if pause.producers and pause.consumers:
+            return PAUSED
+        return PRODUCERS_PAUSED if pause.producers else CONSUMERS_PAUSED
+
 
 _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejected",
                    "expired", "bytes_in", "bytes_out", "peak_held")
 
 
-class Queue:
+class Queue(_Operated):
     """A point-to-point queue, or the private queue of one topic subscription.
 
     Counters (plain ints, read them directly): C{messages_in} (enqueued),
@@ -167,9 +198,7 @@ class Queue:
         self.store = None
         # The broker's totals (S2.2); a queue made on its own counts only for itself.
         self._system = SystemLimits() if system is None else system
-        self.attached = {}       # producers attached to it by name, in order
-        self.pause = None        # the operator's Pause, or None: running
-        self.holding = None      # the Pause while its producers are paused (one test)
+        self._init_operated()
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -215,16 +244,6 @@ class Queue:
     def consumers(self):
         """The consumers attached, in attach order (a copy)."""
         return list(self._consumers)
-
-    @property
-    def producers(self):
-        """How many producers are attached to it by name."""
-        return len(self.attached)
-
-    @property
-    def state(self):
-        """L{RUNNING}, L{PRODUCERS_PAUSED}, L{CONSUMERS_PAUSED} or L{PAUSED}."""
-        return _state(self.pause)
 
     @property
     def consumers_paused(self):
@@ -949,7 +968,7 @@ class SubscriptionIndex:
         return tuple(q for q in self._queues if topic_matches(q.pattern, name))
 
 
-class Topic:
+class Topic(_Operated):
     """A publish/subscribe destination (S2.1): copies go to every matching subscription.
 
     Counters: C{messages_in} (published), C{messages_out} (copies enqueued on
@@ -983,25 +1002,13 @@ class Topic:
         self._gen = -1
         self._subs = ()
         self._selective = False
-        self.attached = {}       # producers attached to it by name, in order
-        self.pause = None        # see Queue
-        self.holding = None
+        self._init_operated()
         # Limits an operator gave it: its subscriptions on exactly its name get them
         # (None: the broker's).
         self.limits = None
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"
-
-    @property
-    def producers(self):
-        """How many producers are attached to it by name."""
-        return len(self.attached)
-
-    @property
-    def state(self):
-        """L{RUNNING}, L{PRODUCERS_PAUSED}, L{CONSUMERS_PAUSED} or L{PAUSED}."""
-        return _state(self.pause)
 
     @property
     def subscriptions(self):
@@ -1129,14 +1136,6 @@ class Pause:
         waiting, self._waiting = self._waiting, {}
         for producer in waiting:
             producer._resumed(self)
-
-
-def _state(pause):
-    if pause is None or not (pause.producers or pause.consumers):
-        return RUNNING
-    if pause.producers and pause.consumers:
-        return PAUSED
-    return PRODUCERS_PAUSED if pause.producers else CONSUMERS_PAUSED
 
 
 def _selected(subscriptions, message):

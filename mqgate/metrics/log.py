@@ -10,7 +10,7 @@ from twisted.logger import Logger
 from mqgate.metrics.commands import rates
 from mqgate.metrics.snapshot import broker_snapshot
 # The looping shape it shares with ping (a setting whose 0 means off).
-from mqgate.net.periodic import PeriodicService
+from mqgate.net.timers import IntervalService
 
 __all__ = ["MetricsLogService", "log_line"]
 
@@ -31,7 +31,7 @@ def log_line(figures, per_second):
     return text
 
 
-class MetricsLogService(PeriodicService):
+class MetricsLogService(IntervalService):
     """Log the broker's metrics every C{interval} seconds (none when 0 or off).
 
     @param context: the admin context the snapshot reads.

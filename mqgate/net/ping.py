@@ -5,13 +5,14 @@ is then found by the failing write; a peer that is there but silent past its idl
 timeout is closed by its engine, which gives its unsettled deliveries back.
 """
 
-from mqgate.net.periodic import PeriodicService
+from mqgate.net.timers import IntervalService
 
 __all__ = ["PingService"]
 
 
-class PingService(PeriodicService):
-    """Ping every connection of some connection services at a fixed interval."""
+class PingService(IntervalService):
+    """Ping every connection of some connection services at a fixed interval (none
+    when the interval is 0)."""
 
     def __init__(self, interval, services, clock):
         self.services = services

@@ -5,13 +5,14 @@ task.Clock for time, fake listening ports and a fake reactor's stop."""
 import pytest
 from twisted.internet.address import IPv4Address
 
-from mqgate.admin.broker_commands import COMMANDS, render_table
+from mqgate.admin.broker_commands import COMMANDS
 from mqgate.admin.requests import AdminContext, AdminRequest, BadRequest, \
     NotFoundError, dispatch
 from mqgate.metrics.commands import COMMANDS as METRICS_COMMANDS
 from mqgate.metrics.prometheus import exposition
 from mqgate.metrics.snapshot import MetricsSources, broker_snapshot
 from mqgate.metrics.topics import broker_fields
+from mqgate.admin.tables import render_table
 from mqgate.net.connections import ADMIN_CLOSE, ConnectionRegistry
 from mqgate.net.control import REPLY_GRACE, BrokerControl
 from mqgate.net.services import ConnectionService

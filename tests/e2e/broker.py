@@ -142,8 +142,14 @@ class BrokerProcess:
     def spawn(self):
         """Start the process and the output reader; do not wait for anything."""
         self.varhome.mkdir(parents=True, exist_ok=True)
+        return self._launch(REPO_ROOT, broker_environment())
+
+    def _launch(self, cwd, env):
+        """Run L{command} in C{cwd} with the environment C{env}, stdin closed, and
+        start reading its output; a subclass that runs another twistd (an installed
+        one) gives its own directory and environment here."""
         self._process = subprocess.Popen(
-            self.command(), cwd=str(REPO_ROOT), env=broker_environment(),
+            self.command(), cwd=str(cwd), env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, bufsize=1)
         self._reader = threading.Thread(

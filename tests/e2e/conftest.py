@@ -1,7 +1,8 @@
 """Fixtures that start the real broker (tests/e2e/broker.py) and always clean it up.
 
-Every broker a test starts is killed at the end of the test, whatever happened, so a
-failing test never leaves a twistd process behind holding ports or the CI job open.
+Every broker a test starts is killed at the end of the test (or, for the module-scoped
+fixtures, of the module's last test), whatever happened, so a failing test never
+leaves a twistd process behind holding ports or the CI job open.
 """
 
 import pytest
@@ -9,25 +10,49 @@ import pytest
 from tests.e2e.broker import BrokerProcess
 
 
-@pytest.fixture
-def broker_factory(tmp_path):
-    """A function ``start(defines=None, **kwargs) -> BrokerProcess``.
+def _brokers(new_varhome):
+    """Yield a function ``start(...) -> BrokerProcess``; kill every broker it started
+    once the generator is resumed (the fixture's teardown).
 
-    Each call starts a new broker with its own VARHOME under the test's C{tmp_path}
-    and waits until its jms service listens (pass C{wait=False} to only spawn it,
-    e.g. to watch it fail). C{defines} are extra ``-D key=value`` overrides.
+    ``start(defines=None, wait=True, listening=("jms",), varhome=None, **kwargs)``
+    starts a broker with ``-D`` overrides C{defines} and waits until every service in
+    C{listening} listens, the first one named first (C{wait=False}: only spawn it, e.g.
+    to watch it fail). C{varhome} is a directory the test prepared (a key pair, a
+    password file); without it, C{new_varhome(n)} makes one. C{kwargs} go to
+    L{BrokerProcess} (C{config}, C{instance}, C{extra_args}).
     """
     started = []
 
-    def start(defines=None, wait=True, **kwargs):
-        varhome = tmp_path / f"varhome{len(started)}"
+    def start(defines=None, wait=True, listening=("jms",), varhome=None, **kwargs):
+        if varhome is None:
+            varhome = new_varhome(len(started))
         broker = BrokerProcess(varhome, defines=defines, **kwargs)
         started.append(broker)
-        return broker.start() if wait else broker.spawn()
+        if not wait:
+            return broker.spawn()
+        first, *others = listening
+        broker.start(first)
+        for service in others:
+            broker.port(service)
+        return broker
 
     yield start
     for broker in started:
         broker.kill()
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """A function ``start(defines=None, ...) -> BrokerProcess`` (see L{_brokers}) for
+    the brokers of one test, each with its own VARHOME under the test's C{tmp_path}."""
+    yield from _brokers(lambda n: tmp_path / f"varhome{n}")
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory):
+    """The same ``start`` for brokers a whole module's tests share (the module's own
+    fixture says which defines and services it needs); killed after its last test."""
+    yield from _brokers(lambda n: tmp_path_factory.mktemp("module-varhome"))
 
 
 @pytest.fixture
@@ -36,10 +61,18 @@ def broker(broker_factory):
     return broker_factory()
 
 
-@pytest.fixture
-def passfile(tmp_path):
-    """A password file with the default admin user's password (S4.6)."""
-    path = tmp_path / "cmd-passfile"
+@pytest.fixture(scope="module")
+def module_broker(module_broker_factory):
+    """One broker on the shipped configuration for a module's tests that leave it
+    running as they found it, its jms and stomp services listening."""
+    return module_broker_factory(listening=("jms", "stomp"))
+
+
+@pytest.fixture(scope="session")
+def passfile(tmp_path_factory):
+    """A password file with the default admin user's password (S4.6), which `mqgate
+    cmd --passfile` reads; one for the whole run (nothing writes to it)."""
+    path = tmp_path_factory.mktemp("cmd") / "cmd-passfile"
     path.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
     path.chmod(0o600)   # a password file others can read is refused (S4.6)
     return path

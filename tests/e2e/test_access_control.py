@@ -5,7 +5,7 @@ system's formats, FACTS 1.3 and 1.4): bob, alice, eve and mallory are in group u
 admin in group admin, guest in group anonymous; every password is the user's name.
 """
 
-import os
+import functools
 import re
 
 import pytest
@@ -13,11 +13,10 @@ from proton import ConnectionException, Message
 from proton.reactor import Copy
 from proton.utils import LinkDetached
 
-from mqgate.security.users import User, format_entry, hash_password
 from tests.e2e.admin_cmd import mqgate_cmd
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, connect, opened, receive_all
 from tests.e2e.stomp_client import DeadlineExceeded, open_client, unique
+from tests.e2e.users import write_users
 from tests.hostile.probe import wait_until
 
 UNAUTHORIZED = "amqp:unauthorized-access"
@@ -64,55 +63,32 @@ topic.create.deny.user=eve
 """
 
 
-def write_users(directory):
-    """A user repository holding L{USERS}, each password the user's name."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "passwd"
-    path.write_text("".join(
-        format_entry(User(name, hash_password(name, iterations=1000), group)) + "\n"
-        for name, group in USERS), encoding="utf-8")
-    os.chmod(path, 0o600)
-
-
-def start_broker(tmp_path, rules, **defines):
-    """A broker reading C{rules} from a file the test owns; returns it and the file."""
-    etc = tmp_path / "etc"
-    write_users(etc)
+def start_broker(start, directory, rules, **defines):
+    """With C{start} (a broker factory fixture), a broker reading C{rules} from a file
+    the test owns under C{directory}, and L{USERS}; returns it and the file."""
+    etc = directory / "etc"
+    users = write_users(etc, USERS)
     path = etc / "acl.properties"
     path.write_text(rules, encoding="utf-8")
-    broker = BrokerProcess(tmp_path / "varhome", defines={
+    broker = start({
         "mqgate.accesscontrol.file.dirpath": str(etc),
-        "mqgate.accesscontrol.file.filename": "acl.properties",
-        "mqgate.user_repository.file.dirpath": str(etc), **defines})
-    try:
-        broker.start()
-        broker.wait_for_line(r"access control rules loaded from .*acl\.properties")
-    except BaseException:
-        broker.kill()
-        raise
+        "mqgate.accesscontrol.file.filename": "acl.properties", **users, **defines},
+        varhome=directory / "varhome")
+    broker.wait_for_line(r"access control rules loaded from .*acl\.properties")
     return broker, path
 
 
 @pytest.fixture(scope="module")
-def acl_broker(tmp_path_factory):
+def acl_broker(module_broker_factory, tmp_path_factory):
     """One broker on L{RULES} for the tests that only read the rules."""
-    broker, _ = start_broker(tmp_path_factory.mktemp("acl"), RULES)
-    yield broker
-    broker.kill()
+    directory = tmp_path_factory.mktemp("acl")
+    return start_broker(module_broker_factory, directory, RULES)[0]
 
 
 @pytest.fixture
-def own_broker(tmp_path):
-    """A function C{start(rules)} for tests that edit their rule file."""
-    started = []
-
-    def start(rules):
-        broker, path = start_broker(tmp_path, rules)
-        started.append(broker)
-        return broker, path
-    yield start
-    for broker in started:
-        broker.kill()
+def own_broker(broker_factory, tmp_path):
+    """A function C{start(rules, **defines)} for tests that edit their rule file."""
+    return functools.partial(start_broker, broker_factory, tmp_path)
 
 
 def as_user(broker, user, **kwargs):
@@ -366,7 +342,7 @@ def test_rule_file_without_version_keeps_the_rules_in_force(own_broker):
 # -- settings ----------------------------------------------------------------------------
 
 
-def test_per_service_switch_and_file(tmp_path):
+def test_per_service_switch_and_file(own_broker, tmp_path):
     """Access control off broker-wide but on for the stomp service with a file of its
     own (mqgate.SERVICE.accesscontrol.*): bob consumes freely over jms, the stomp
     service applies its file, and the admin service still takes only the admin group
@@ -375,34 +351,28 @@ def test_per_service_switch_and_file(tmp_path):
     (etc).mkdir()
     (etc / "stomp-acl.properties").write_text(
         V + SHIPPED + "queue.locked.consume.deny.user=bob\n", encoding="utf-8")
-    broker, _ = start_broker(tmp_path, V, **{
+    broker, _ = own_broker(V, **{
         "mqgate.accesscontrol.enabled": "false",
         "mqgate.stomp.accesscontrol.enabled": "true",
         "mqgate.stomp.accesscontrol.file.filename": "stomp-acl.properties"})
+    assert may_consume(broker, "bob", "queue://locked")
+    client = open_client(broker.address("stomp"), user="bob", passcode="bob")
     try:
-        assert may_consume(broker, "bob", "queue://locked")
-        client = open_client(broker.address("stomp"), user="bob", passcode="bob")
-        try:
-            client.connection.subscribe("/queue/locked", id="s1")
-            assert "(rule queue.locked.consume)" in \
-                client.collector.wait_for_error().headers["message"]
-        finally:
-            client.close()
-        with pytest.raises(ConnectionException) as info:
-            connect(broker, user="guest", password="guest", service="admin").close()
-        assert "user guest may not connect to the admin service: only the admin group " \
-            "may use it" in str(info.value)
+        client.connection.subscribe("/queue/locked", id="s1")
+        assert "(rule queue.locked.consume)" in \
+            client.collector.wait_for_error().headers["message"]
     finally:
-        broker.kill()
+        client.close()
+    with pytest.raises(ConnectionException) as info:
+        connect(broker, user="guest", password="guest", service="admin").close()
+    assert "user guest may not connect to the admin service: only the admin group " \
+        "may use it" in str(info.value)
 
 
-def test_reload_command_rereads_the_rules_and_says_what_happened(own_broker, tmp_path):
+def test_reload_command_rereads_the_rules_and_says_what_happened(own_broker, passfile):
     """`mqgate cmd reload rules` re-reads the file at once: a broken one is refused
     (exit status 1, the line and the reason), a good one loaded (S4.5, S11.1)."""
     broker, path = own_broker(V + SHIPPED)
-    passfile = tmp_path / "cmd-passfile"
-    passfile.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
-    passfile.chmod(0o600)   # a password file others can read is refused
     path.write_text(V + "queue.*.consume.allow.usr=*\n")
     result = mqgate_cmd(broker, passfile, "reload", "rules")
     assert result.returncode == 1, result

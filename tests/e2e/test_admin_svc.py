@@ -6,7 +6,6 @@ do not take the command's imqcmd options.
 """
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -16,7 +15,7 @@ import pytest
 from proton import Message
 from proton.utils import ConnectionClosed
 
-from tests.e2e.admin_cmd import mqgate_cmd
+from tests.e2e.admin_cmd import cmd_json, mqgate_cmd
 from tests.e2e.broker import DEFAULT_CONFIG, REPO_ROOT, broker_environment, twistd_command
 from tests.e2e.proton_client import connect, opened
 from tests.e2e.stomp_client import DeadlineExceeded, RawStomp, open_client
@@ -25,18 +24,6 @@ from tests.hostile.probe import wait_until
 #: How long a test waits to see that something does NOT happen while a service is
 #: paused: the broker answers a local client in milliseconds when it runs.
 UNANSWERED = 1.5
-
-
-def cmd(broker, passfile, *words):
-    """Run `mqgate cmd -- WORDS`; return the completed process."""
-    return mqgate_cmd(broker, passfile, *words)
-
-
-def cmd_json(broker, passfile, *words):
-    """Run `mqgate cmd --json -- WORDS`; return the reply's data."""
-    result = mqgate_cmd(broker, passfile, "--json", *words)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def connections(broker, passfile, *options):
@@ -53,7 +40,7 @@ def _stomp_connect_frame():
 
 def test_list_svc_shows_every_service(broker, passfile):
     """`list svc` shows each service's port, protocols, type, state and connections."""
-    result = cmd(broker, passfile, "list", "svc")
+    result = mqgate_cmd(broker, passfile, "list", "svc")
     assert result.returncode == 0, result.stderr
     for words in ("Service Name", "jms", "AMQP+STOMP", "admin", "ADMIN", "NORMAL",
                   "RUNNING", str(broker.port("jms"))):
@@ -81,7 +68,7 @@ def test_query_svc_shows_its_settings(broker_factory, passfile):
 def test_unknown_service_is_not_found(broker, passfile):
     """A service that does not run is a 404 naming it and the running ones: exit 1."""
     for words in (("query", "svc", "-n", "nosuch"), ("list", "cxn", "-svn", "nosuch")):
-        result = cmd(broker, passfile, *words)
+        result = mqgate_cmd(broker, passfile, *words)
         assert result.returncode == 1
         assert "no service 'nosuch' is running" in result.stderr
         assert "jms" in result.stderr and "404" in result.stderr
@@ -93,7 +80,7 @@ def test_bad_options_are_bad_requests(broker, passfile):
                         (("list", "svc", "-x"), "unknown option '-x'"),
                         (("shutdown", "bkr", "-time", "soon"), "-time takes seconds"),
                         (("query", "cxn", "-n", "first"), "a connection id is a number")):
-        result = cmd(broker, passfile, *words)
+        result = mqgate_cmd(broker, passfile, *words)
         assert result.returncode == 1, result.stdout
         assert says in result.stderr and "400" in result.stderr
     assert broker.returncode is None
@@ -101,7 +88,7 @@ def test_bad_options_are_bad_requests(broker, passfile):
 
 def test_pausing_an_admin_service_is_refused(broker, passfile):
     """`pause svc -n admin` is refused with the reason (it would lock us out)."""
-    result = cmd(broker, passfile, "pause", "svc", "-n", "admin")
+    result = mqgate_cmd(broker, passfile, "pause", "svc", "-n", "admin")
     assert result.returncode == 1
     assert "cannot be paused" in result.stderr and "lock" in result.stderr
     rows = {r["name"]: r for r in cmd_json(broker, passfile, "list", "svc")}
@@ -116,7 +103,7 @@ def test_paused_service_neither_accepts_nor_reads(broker, passfile):
     newcomer = None
     try:
         assert existing.connect().command == "CONNECTED"
-        result = cmd(broker, passfile, "pause", "svc", "-n", "stomp")
+        result = mqgate_cmd(broker, passfile, "pause", "svc", "-n", "stomp")
         assert result.returncode == 0, result.stderr
         assert "paused" in result.stdout
         assert cmd_json(broker, passfile, "query", "svc", "-n", "stomp")["state"] == \
@@ -129,7 +116,8 @@ def test_paused_service_neither_accepts_nor_reads(broker, passfile):
         with pytest.raises(DeadlineExceeded):
             newcomer.read_frame(timeout=UNANSWERED)
         # The admin service still answers meanwhile.
-        assert cmd(broker, passfile, "resume", "svc", "-n", "stomp").returncode == 0
+        resumed = mqgate_cmd(broker, passfile, "resume", "svc", "-n", "stomp")
+        assert resumed.returncode == 0, resumed.stderr
         receipt = existing.read_frame(timeout=10)
         assert (receipt.command, receipt.get("receipt-id")) == ("RECEIPT", "r1")
         assert newcomer.read_frame(timeout=10).command == "CONNECTED"
@@ -141,13 +129,13 @@ def test_paused_service_neither_accepts_nor_reads(broker, passfile):
 
 def test_paused_amqp_service_does_not_answer_a_new_connection(broker, passfile):
     """A new AMQP connection to a paused `jms` hears nothing until `resume svc`."""
-    assert cmd(broker, passfile, "pause", "svc", "-n", "jms").returncode == 0
+    assert mqgate_cmd(broker, passfile, "pause", "svc", "-n", "jms").returncode == 0
     sock = socket.create_connection(broker.address("jms"), timeout=UNANSWERED)
     try:
         sock.sendall(b"AMQP\x03\x01\x00\x00")
         with pytest.raises(socket.timeout):
             sock.recv(8)
-        assert cmd(broker, passfile, "resume", "svc", "-n", "jms").returncode == 0
+        assert mqgate_cmd(broker, passfile, "resume", "svc", "-n", "jms").returncode == 0
         sock.settimeout(10)
         assert sock.recv(8) == b"AMQP\x03\x01\x00\x00"
     finally:
@@ -176,7 +164,7 @@ def test_list_and_query_cxn(broker, passfile):
             assert [r["client_id"] for r in only] == ["svc-stomp-client"]
             detail = cmd_json(broker, passfile, "query", "cxn", "-n", str(amqp["id"]))
             assert detail["consumers"] == 1 and detail["producers"] == 0
-            table = cmd(broker, passfile, "list", "cxn").stdout
+            table = mqgate_cmd(broker, passfile, "list", "cxn").stdout
             assert "svc-amqp-client" in table and "Host:Port" in table
         finally:
             stomp.close()
@@ -195,7 +183,7 @@ def test_destroy_amqp_cxn_closes_it_forced_and_requeues(broker, passfile):
         row = next(r for r in connections(broker, passfile)
                    if r["client_id"] == "svc-holder")
         assert row["messages_out"] == 1
-        result = cmd(broker, passfile, "destroy", "cxn", "-n", str(row["id"]))
+        result = mqgate_cmd(broker, passfile, "destroy", "cxn", "-n", str(row["id"]))
         assert result.returncode == 0, result.stderr
         assert "destroyed" in result.stdout
         with pytest.raises(ConnectionClosed) as closed:
@@ -221,8 +209,8 @@ def test_destroy_stomp_cxn_sends_error(broker, passfile):
         assert raw.connect("1.2", "client-id:svc-raw").command == "CONNECTED"
         row = next(r for r in connections(broker, passfile, "-svn", "stomp")
                    if r["client_id"] == "svc-raw")
-        assert cmd(broker, passfile, "destroy", "cxn", "-n",
-                   str(row["id"])).returncode == 0
+        assert mqgate_cmd(broker, passfile, "destroy", "cxn", "-n",
+                          str(row["id"])).returncode == 0
         frames = raw.read_until_closed(timeout=10)
         assert frames[0].command == "ERROR"
         assert frames[0].get("message") == "closed by an administrator"
@@ -233,7 +221,7 @@ def test_destroy_stomp_cxn_sends_error(broker, passfile):
 def test_unknown_connection_is_not_found(broker, passfile):
     """Destroying or querying an id no connection has is a 404 naming it."""
     for verb in ("destroy", "query"):
-        result = cmd(broker, passfile, verb, "cxn", "-n", "99999")
+        result = mqgate_cmd(broker, passfile, verb, "cxn", "-n", "99999")
         assert result.returncode == 1
         assert "no connection 99999" in result.stderr and "404" in result.stderr
 
@@ -279,7 +267,7 @@ def test_svc_and_bkr_commands_count_the_same_connections(broker, passfile):
 
 def test_pause_bkr_pauses_normal_services_only(broker, passfile):
     """`pause bkr` pauses jms and stomp, leaves admin working; `resume bkr` undoes it."""
-    assert cmd(broker, passfile, "pause", "bkr").returncode == 0
+    assert mqgate_cmd(broker, passfile, "pause", "bkr").returncode == 0
     data = cmd_json(broker, passfile, "query", "bkr")    # admin still answers
     assert data["state"] == "PAUSED"
     assert data["services"] == {"portmapper": "RUNNING", "jms": "PAUSED",
@@ -289,7 +277,7 @@ def test_pause_bkr_pauses_normal_services_only(broker, passfile):
         sock.sendall(b"AMQP\x03\x01\x00\x00")
         with pytest.raises(socket.timeout):
             sock.recv(8)
-        assert cmd(broker, passfile, "resume", "bkr").returncode == 0
+        assert mqgate_cmd(broker, passfile, "resume", "bkr").returncode == 0
         sock.settimeout(10)
         assert sock.recv(8) == b"AMQP\x03\x01\x00\x00"
     finally:
@@ -299,7 +287,7 @@ def test_pause_bkr_pauses_normal_services_only(broker, passfile):
 
 def test_shutdown_bkr_replies_then_exits_0(broker, passfile):
     """`shutdown bkr -time 1` is answered, then the broker stops cleanly: exit 0."""
-    result = cmd(broker, passfile, "shutdown", "bkr", "-time", "1")
+    result = mqgate_cmd(broker, passfile, "shutdown", "bkr", "-time", "1")
     assert result.returncode == 0, result.stderr
     assert "shutting down in 1 s" in result.stdout
     assert broker.wait_exit() == 0
@@ -323,7 +311,7 @@ def test_restart_bkr_comes_back_on_the_same_ports_with_its_messages(
     broker.wait_until_catching_sigterm()
     with opened(broker) as conn:
         conn.create_sender("svc.restart").send(Message(body="kept", durable=True))
-    result = cmd(broker, passfile, "restart", "bkr")
+    result = mqgate_cmd(broker, passfile, "restart", "bkr")
     assert result.returncode == 0, result.stderr
     assert "restarting" in result.stdout
     broker.wait_for_line(r"mqgate stopped")
@@ -387,7 +375,7 @@ def test_restart_bkr_of_a_daemonized_broker(tmp_path, passfile):
             def port(self, service):
                 return ports[service]
 
-        result = cmd(Address(), passfile, "restart", "bkr")
+        result = mqgate_cmd(Address(), passfile, "restart", "bkr")
         assert result.returncode == 0, result.stderr
         wait_until(lambda: ready_lines() == 2, 30, "the daemon ready again")
         second = wait_until(lambda: _pid_in(pidfile) != first and _pid_in(pidfile),

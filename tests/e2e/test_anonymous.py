@@ -15,7 +15,6 @@ from proton.utils import BlockingConnection
 
 from mqgate.amqp.frames import AMQP_HEADER, SASL_HEADER, encode_frame
 from mqgate.amqp.performatives import Open, encode_composite
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import (
     DEFAULT_TIMEOUT, broker_url, connect, opened, receive_all)
 from tests.e2e.sasl_peer import SaslPeer as Raw, stomp_connect
@@ -31,27 +30,16 @@ GUESTS = {
 }
 
 
-def _module_broker(varhome, defines=None):
-    """A broker for the whole module, once its stomp service listens too."""
-    process = BrokerProcess(varhome, defines=defines)
-    try:
-        process.start()
-        process.port("stomp")
-        yield process
-    finally:
-        process.kill()
-
-
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
+def shipped(module_broker):
     """A broker on the shipped configuration: no guests anywhere."""
-    yield from _module_broker(tmp_path_factory.mktemp("shipped"))
+    return module_broker
 
 
 @pytest.fixture(scope="module")
-def guests(tmp_path_factory):
+def guests(module_broker_factory):
     """A broker whose jms and stomp services let guests in (jms refuses passwords)."""
-    yield from _module_broker(tmp_path_factory.mktemp("guests"), GUESTS)
+    return module_broker_factory(GUESTS, listening=("jms", "stomp"))
 
 
 def round_trip(conn, body):

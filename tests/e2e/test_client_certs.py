@@ -18,7 +18,6 @@ from proton import ConnectionException, Message, SSLDomain
 from proton.utils import BlockingConnection
 
 from mqgate.security.users import hash_password
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.pki import ThrowawayCA
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, receive_all
 from tests.e2e.sasl_peer import SaslPeer, stomp_connect
@@ -75,18 +74,13 @@ def prepare(pki, directory):
 
 
 @pytest.fixture(scope="module")
-def broker(pki, tmp_path_factory):
+def broker(pki, module_broker_factory, tmp_path_factory):
     """ssljms (want) and ssladmin (need) trusting the CA."""
     directory = tmp_path_factory.mktemp("certs-broker")
     keystore, users = prepare(pki, directory)
-    process = BrokerProcess(directory / "varhome",
-                            defines=broker_defines(pki, keystore, users))
-    try:
-        process.start("ssljms")
-        process.port("ssladmin")
-        yield process
-    finally:
-        process.kill()
+    return module_broker_factory(broker_defines(pki, keystore, users),
+                                 varhome=directory / "varhome",
+                                 listening=("ssljms", "ssladmin"))
 
 
 def domain(pki, who):
@@ -288,18 +282,14 @@ def stomp_over_tls(pki, address, who):
     ({"mqgate.ssljms.ssl.ca_file": ""}, "mqgate.ssljms.ssl.ca_file"),
     ({"mqgate.ssladmin.ssl.ca_file": "/nonexistent/ca.pem"}, "mqgate.ssladmin.ssl.ca_file"),
 ])
-def test_client_auth_without_a_usable_ca_file_stops_the_start_up(pki, tmp_path, more,
-                                                                  named):
+def test_client_auth_without_a_usable_ca_file_stops_the_start_up(pki, broker_factory,
+                                                                  tmp_path, more, named):
     """S4.7: want/need with no CA file, or one that does not load, stops twistd with a
     message naming the key, not a traceback."""
     keystore, users = prepare(pki, tmp_path)
-    process = BrokerProcess(tmp_path / "varhome",
-                            defines=broker_defines(pki, keystore, users, **more))
-    try:
-        process.spawn()
-        code, output = process.exit_output()
-    finally:
-        process.kill()
+    process = broker_factory(broker_defines(pki, keystore, users, **more),
+                             varhome=tmp_path / "varhome", wait=False)
+    code, output = process.exit_output()
     assert code != 0, output
     assert named in output, output
     assert "Traceback" not in output, output

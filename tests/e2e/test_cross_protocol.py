@@ -12,19 +12,14 @@ import random
 import pytest
 from proton import Message
 
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, opened
 from tests.e2e.stomp_client import clients, unique
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+def broker(module_broker):
     """One broker for the module, on the shipped configuration and OS-chosen ports."""
-    process = BrokerProcess(tmp_path_factory.mktemp("cross-broker"))
-    try:
-        yield process.start("jms")
-    finally:
-        process.kill()
+    return module_broker
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ it stops reading its socket, the kernel's buffers fill, the broker's transport p
 its writes (S9.3) and the subscriber's D queue starts discarding (S9.2).
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import broker_url, opened, run_in_threads
 from tests.e2e.stomp_client import RawStomp
-from tests.e2e.admin_cmd import mqgate_cmd
+from tests.e2e.admin_cmd import cmd_json, mqgate_cmd
 
 TOPIC = "topic://egress.prices"
 COUNT = 20_000
@@ -75,12 +74,6 @@ def wait_until(condition, what, timeout=30.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
-
-
-def cmd_json(broker, passfile, *words):
-    result = mqgate_cmd(broker, passfile, "--json", *words)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def client_of(broker, passfile, user):

@@ -98,14 +98,7 @@ class InstalledBroker(BrokerProcess):
         env = {key: value for key, value in os.environ.items()
                if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         env["PYTHONUNBUFFERED"] = "1"
-        self._process = subprocess.Popen(
-            self.command(), cwd=str(self.directory), env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, bufsize=1)
-        self._reader = threading.Thread(
-            target=self._read_output, name="broker-output", daemon=True)
-        self._reader.start()
-        return self
+        return self._launch(self.directory, env)
 
 
 @pytest.fixture

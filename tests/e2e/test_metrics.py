@@ -8,38 +8,21 @@ import sys
 import pytest
 from proton import Message
 
-from tests.e2e.admin_cmd import mqgate_cmd
-from tests.e2e.broker import REPO_ROOT, BrokerProcess, broker_environment
+from tests.e2e.admin_cmd import cmd_json, mqgate_cmd
+from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import opened, receive_all
 from tests.e2e.stomp_client import open_client, unique
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+def broker(module_broker):
     """One broker for the module, with its jms and stomp services listening."""
-    process = BrokerProcess(tmp_path_factory.mktemp("metrics"))
-    try:
-        process.start()
-        process.port("stomp")
-        yield process
-    finally:
-        process.kill()
-
-
-@pytest.fixture(scope="module")
-def passfile(tmp_path_factory):
-    """The admin password in a password file only its owner may read (S4.6)."""
-    path = tmp_path_factory.mktemp("cmd") / "passfile"
-    path.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return module_broker
 
 
 def metrics(broker, passfile, *words):
     """`mqgate cmd --json metrics WORDS` -> the answer's data (exit status 0)."""
-    result = mqgate_cmd(broker, passfile, "--json", "metrics", *words)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return cmd_json(broker, passfile, "metrics", *words)
 
 
 def _message(i):

@@ -8,7 +8,6 @@ client's 10 s deadline is the one a new subscriber gets at once.
 """
 
 import json
-import os
 import time
 
 import pytest
@@ -16,10 +15,9 @@ from proton import Message, int32
 from proton.reactor import DurableSubscription
 from proton.utils import LinkDetached
 
-from mqgate.security.users import User, format_entry, hash_password
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import connect, opened, receive_all
 from tests.e2e.stomp_client import clients, unique
+from tests.e2e.users import write_users
 
 UNAUTHORIZED = "amqp:unauthorized-access"
 NOT_FOUND = "amqp:not-found"
@@ -32,35 +30,19 @@ QUEUE_FIELDS = {"numActiveConsumers", "numConsumers", "numBackupConsumers", "num
                 "msgBytesOut", "peakNumMsgs"}
 
 
-def _users(directory):
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "passwd"
-    path.write_text("".join(
-        format_entry(User(name, hash_password(name, iterations=1000), group)) + "\n"
-        for name, group in (("admin", "admin"), ("bob", "user"))), encoding="utf-8")
-    os.chmod(path, 0o600)
-
-
-def _start(tmp_path, **defines):
-    etc = tmp_path / "users"
-    _users(etc)
-    broker = BrokerProcess(tmp_path / "varhome", defines={
-        "mqgate.user_repository.file.dirpath": str(etc), **defines})
-    try:
-        broker.start("stomp")
-        broker.port("portmapper")
-    except BaseException:
-        broker.kill()
-        raise
-    return broker
+def _start(start, directory, **defines):
+    """With C{start} (a broker factory fixture), a broker on the users admin (group
+    admin) and bob (group user) under C{directory}, its stomp and port mapper
+    services listening; the same C{directory} again is a restart."""
+    users = write_users(directory / "users", (("admin", "admin"), ("bob", "user")))
+    return start({**users, **defines}, varhome=directory / "varhome",
+                 listening=("stomp", "portmapper"))
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+def broker(module_broker_factory, tmp_path_factory):
     """One broker for the module (shipped rules, default interval of 60 s)."""
-    process = _start(tmp_path_factory.mktemp("metrics-topics"))
-    yield process
-    process.kill()
+    return _start(module_broker_factory, tmp_path_factory.mktemp("metrics-topics"))
 
 
 @pytest.fixture
@@ -211,25 +193,22 @@ def test_only_the_admin_group_may_subscribe(broker, open_client):
         conn.close()
 
 
-def test_broker_sample_counts_the_bytes_the_client_sent_and_took(tmp_path):
+def test_broker_sample_counts_the_bytes_the_client_sent_and_took(broker_factory, tmp_path):
     """On a fresh broker, the first mq.metrics.broker sample carries msgBytesIn equal
     to the encoded bytes of the messages a Proton client sent, msgBytesOut those of
     the ones it accepted, the client's one connection, and at least as many bytes
     read from the sockets as the messages hold."""
-    process = _start(tmp_path)
-    try:
-        messages = [Message(id=f"m-{i}", body="x" * 500) for i in range(5)]
-        size = len(messages[0].encode())
-        with opened(process) as conn:
-            sender = conn.create_sender("queue://metered")
-            for message in messages:
-                sender.send(message)
-            reader = conn.create_receiver("queue://metered", credit=2)
-            receive_all(reader, 2)
-            reader.close()      # the accepts go out with the detach
-            [sample] = receive_all(conn.create_receiver("topic://mq.metrics.broker"), 1)
-    finally:
-        process.kill()
+    process = _start(broker_factory, tmp_path)
+    messages = [Message(id=f"m-{i}", body="x" * 500) for i in range(5)]
+    size = len(messages[0].encode())
+    with opened(process) as conn:
+        sender = conn.create_sender("queue://metered")
+        for message in messages:
+            sender.send(message)
+        reader = conn.create_receiver("queue://metered", credit=2)
+        receive_all(reader, 2)
+        reader.close()      # the accepts go out with the detach
+        [sample] = receive_all(conn.create_receiver("topic://mq.metrics.broker"), 1)
     body = sample.body
     assert set(body) == BROKER_FIELDS
     assert (body["numMsgsIn"], body["msgBytesIn"]) == (5, 5 * size)
@@ -241,20 +220,14 @@ def test_broker_sample_counts_the_bytes_the_client_sent_and_took(tmp_path):
           f"pktBytesIn {body['pktBytesIn']}, pktBytesOut {body['pktBytesOut']}")
 
 
-def test_samples_follow_the_interval(tmp_path):
+def test_samples_follow_the_interval(broker_factory, tmp_path):
     """With mqgate.metrics.topic.interval=1 a subscriber gets a sample a second, each
     with a later timestamp."""
-    process = _start(tmp_path, **{"mqgate.metrics.topic.interval": "1",
-                                  "mqgate.metrics.topic.timetolive": "0"})
-    try:
-        conn = connect(process)
-        try:
-            receiver = conn.create_receiver("topic://mq.metrics.broker")
-            messages = receive_all(receiver, 4, timeout=10)
-        finally:
-            conn.close()
-    finally:
-        process.kill()
+    process = _start(broker_factory, tmp_path, **{"mqgate.metrics.topic.interval": "1",
+                                                  "mqgate.metrics.topic.timetolive": "0"})
+    with opened(process) as conn:
+        receiver = conn.create_receiver("topic://mq.metrics.broker")
+        messages = receive_all(receiver, 4, timeout=10)
     stamps = [m.properties["timestamp"] for m in messages]
     assert stamps == sorted(stamps) and len(set(stamps)) == 4
     # The first at once, then on the broker's 1 s ticks (late on a busy machine).
@@ -262,34 +235,28 @@ def test_samples_follow_the_interval(tmp_path):
     assert all(m.ttl == 0 and m.expiry_time == 0 for m in messages)
 
 
-def test_persistent_samples_survive_a_restart(tmp_path):
+def test_persistent_samples_survive_a_restart(broker_factory, tmp_path):
     """With mqgate.metrics.topic.persist=true the samples a durable subscriber missed
     are stored and come back after a restart, marked durable."""
     defines = {"mqgate.metrics.topic.interval": "1", "mqgate.metrics.topic.persist":
                "true", "mqgate.metrics.topic.timetolive": "0"}
     identity = {"container_id": "metrics-keeper"}
-    process = _start(tmp_path, **defines)
-    try:
-        with opened(process, **identity) as conn:
-            durable = conn.create_receiver("topic://mq.metrics.broker", name="kept",
-                                           options=DurableSubscription())
-            [first] = receive_all(durable, 1)
-            durable.link.detach()
-            # Another subscriber sees two ticks go by: the durable one missed them.
-            watcher = conn.create_receiver("topic://mq.metrics.broker")
-            receive_all(watcher, 3)
-        process.terminate()
-    finally:
-        process.kill()
+    process = _start(broker_factory, tmp_path, **defines)
+    with opened(process, **identity) as conn:
+        durable = conn.create_receiver("topic://mq.metrics.broker", name="kept",
+                                       options=DurableSubscription())
+        [first] = receive_all(durable, 1)
+        durable.link.detach()
+        # Another subscriber sees two ticks go by: the durable one missed them.
+        watcher = conn.create_receiver("topic://mq.metrics.broker")
+        receive_all(watcher, 3)
+    process.terminate()
     restarted_at = time.time()
-    process = _start(tmp_path, **defines)
-    try:
-        with opened(process, **identity) as conn:
-            durable = conn.create_receiver("topic://mq.metrics.broker", name="kept",
-                                           options=DurableSubscription())
-            got = receive_all(durable, 3)
-    finally:
-        process.kill()
+    process = _start(broker_factory, tmp_path, **defines)
+    with opened(process, **identity) as conn:
+        durable = conn.create_receiver("topic://mq.metrics.broker", name="kept",
+                                       options=DurableSubscription())
+        got = receive_all(durable, 3)
     assert first.durable and all(m.durable for m in got)
     missed = [m for m in got if m.properties["timestamp"] / 1000 < restarted_at]
     assert len(missed) >= 2

@@ -15,14 +15,11 @@ from proton import Message
 from proton.reactor import DurableSubscription
 from proton.utils import LinkDetached
 
-from mqgate.security.users import User, format_entry, hash_password
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import drain, opened, receive_all
 from tests.e2e.stomp_client import clients, unique
+from tests.e2e.users import write_users
 
 UNAUTHORIZED = "amqp:unauthorized-access"
-#: Few PBKDF2 rounds: the tests log in often, and the hash's cost is not under test.
-ROUNDS = 1000
 USERS = (("admin", "admin", "admin"), ("alice", "alice-pw", "user"),
          ("bob", "bob-pw", "user"))
 PASSWORDS = {name: password for name, password, _ in USERS}
@@ -38,31 +35,15 @@ STORES = {
 @pytest.fixture
 def users(tmp_path):
     """The -D overrides of a user repository holding admin, alice and bob."""
-    directory = tmp_path / "users"
-    directory.mkdir(mode=0o700)
-    path = directory / "passwd"
-    path.write_text("".join(
-        format_entry(User(name, hash_password(password, iterations=ROUNDS), group)) + "\n"
-        for name, password, group in USERS), encoding="utf-8")
-    path.chmod(0o600)
-    return {"mqgate.user_repository.file.dirpath": str(directory),
-            "mqgate.user_repository.file.filename": "passwd"}
+    return write_users(tmp_path / "users", USERS)
 
 
 @pytest.fixture
-def restartable(tmp_path, users):
+def restartable(broker_factory, tmp_path, users):
     """C{start(defines=None) -> BrokerProcess} on one VARHOME with the users above;
     every broker it started is killed at the end."""
-    started = []
-
-    def start(defines=None):
-        broker = BrokerProcess(tmp_path / "varhome", defines=dict(users, **(defines or {})))
-        started.append(broker)
-        return broker.start()
-
-    yield start
-    for broker in started:
-        broker.kill()
+    return lambda defines=None: broker_factory({**users, **(defines or {})},
+                                               varhome=tmp_path / "varhome")
 
 
 @pytest.fixture

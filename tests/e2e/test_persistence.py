@@ -13,25 +13,15 @@ import pytest
 from proton import Message
 from proton.reactor import DurableSubscription
 
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import drain, opened, receive_all
 from tests.e2e.stomp_client import clients, unique
 
 
 @pytest.fixture
-def restartable(tmp_path):
+def restartable(broker_factory, tmp_path):
     """C{start(defines=None) -> BrokerProcess} on one VARHOME; every broker it started
     is killed at the end."""
-    started = []
-
-    def start(defines=None):
-        broker = BrokerProcess(tmp_path / "varhome", defines=defines)
-        started.append(broker)
-        return broker.start()
-
-    yield start
-    for broker in started:
-        broker.kill()
+    return lambda defines=None: broker_factory(defines, varhome=tmp_path / "varhome")
 
 
 def stop(broker, how):

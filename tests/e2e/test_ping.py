@@ -23,7 +23,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
-from tests.e2e.broker import REPO_ROOT, BrokerProcess, broker_environment
+from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import (
     DEFAULT_TIMEOUT, DeadlineExceeded, broker_url, receive_all,
 )
@@ -55,18 +55,12 @@ except Exception as error:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+def broker(module_broker_factory):
     """A broker that closes AMQP peers silent for 2 s and pings every 1 s."""
-    process = BrokerProcess(tmp_path_factory.mktemp("ping-broker"), defines={
+    return module_broker_factory({
         "mqgate.amqp.idle_timeout": str(IDLE_TIMEOUT),
         "mqgate.ping.interval": str(PING_INTERVAL),
-    })
-    try:
-        process.start("jms")
-        process.port("stomp")
-        yield process
-    finally:
-        process.kill()
+    }, listening=("jms", "stomp"))
 
 
 class Holder:

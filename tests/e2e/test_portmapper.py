@@ -21,7 +21,6 @@ from proton.utils import BlockingConnection
 
 from mqgate.admin import cli
 from mqgate.portmap.table import parse_table
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, DeadlineExceeded, receive_all
 from tests.e2e.stomp_client import RawStomp, unique
 
@@ -78,18 +77,12 @@ def read_port_mapper(address, request=b"101\n", timeout=DEFAULT_TIMEOUT):
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+def broker(module_broker_factory, tmp_path_factory):
     """A broker running every service, with a key pair made by `mqgate keytool` first."""
     varhome = tmp_path_factory.mktemp("portmapper-broker")
     assert cli.main(["keytool", "--varhome", str(varhome), "--nopassword"]) == 0
-    process = BrokerProcess(varhome, defines=ALL_SERVICES)
-    try:
-        process.start("portmapper")
-        for name in EXPECTED:
-            process.port(name)
-        yield process
-    finally:
-        process.kill()
+    return module_broker_factory(ALL_SERVICES, varhome=varhome,
+                                 listening=("portmapper", *EXPECTED))
 
 
 @pytest.fixture(scope="module")

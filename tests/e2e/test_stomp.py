@@ -18,7 +18,6 @@ import time
 
 import pytest
 
-from tests.e2e.broker import BrokerProcess
 from tests.e2e.stomp_client import (
     DeadlineExceeded, RawStomp, clients, unique,
 )
@@ -29,17 +28,11 @@ SERVICES = ("stomp", "jms")
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+def broker(module_broker_factory):
     """One broker for the module, on the shipped configuration and OS-chosen ports, with
     1 s STOMP heart-beats so the heart-beat tests take seconds, not tens of them."""
-    process = BrokerProcess(tmp_path_factory.mktemp("stomp-broker"),
-                            defines={"mqgate.stomp.heartbeat": "1000"})
-    try:
-        process.start("stomp")
-        process.port("jms")
-        yield process
-    finally:
-        process.kill()
+    return module_broker_factory({"mqgate.stomp.heartbeat": "1000"},
+                                 listening=("stomp", "jms"))
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from proton import ConnectionException, Message, SSLDomain
 from proton.utils import BlockingConnection
 
 from mqgate.security.keytool import create_keystore
-from tests.e2e.broker import REPO_ROOT, BrokerProcess, broker_environment
+from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import DEFAULT_TIMEOUT, receive_all
 from tests.e2e.stomp_client import RawStomp, unique
 
@@ -88,22 +88,6 @@ def round_trip(conn, body):
     return got.body
 
 
-@pytest.fixture
-def brokers(tmp_path):
-    """A function C{start(varhome, defines, wait=True)} for brokers whose VARHOME the
-    test prepares first (a key pair, a password file); every one is killed after."""
-    started = []
-
-    def start(varhome, defines, wait=True):
-        process = BrokerProcess(varhome, defines=defines)
-        started.append(process)
-        return process.start() if wait else process.spawn()
-
-    yield start
-    for process in started:
-        process.kill()
-
-
 @pytest.fixture(scope="module")
 def keystore(tmp_path_factory):
     """C{(varhome, keytool result)}: a VARHOME holding a key pair made by the keytool."""
@@ -114,15 +98,10 @@ def keystore(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def broker(keystore):
+def broker(keystore, module_broker_factory):
     """A broker with jms, ssljms and ssladmin, on the keystore's key pair."""
-    process = BrokerProcess(keystore[0], defines=TLS_SERVICES)
-    try:
-        process.start("ssljms")
-        process.port("ssladmin")
-        yield process
-    finally:
-        process.kill()
+    return module_broker_factory(TLS_SERVICES, varhome=keystore[0],
+                                 listening=("ssljms", "ssladmin"))
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +243,7 @@ def test_stomp_over_tls_gets_connected_on_ssljms(broker, cert_path):
 
 # -- encrypted keys and missing key pairs at start-up ------------------------------------------
 
-def test_encrypted_key_with_password_in_passfile_starts(tmp_path, brokers):
+def test_encrypted_key_with_password_in_passfile_starts(tmp_path, broker_factory):
     """S1.8/S4.6: keytool encrypts the key with the password file's
     mqgate.keystore.password, and a broker reading the same file starts ssljms on it."""
     varhome = tmp_path / "varhome"
@@ -274,7 +253,8 @@ def test_encrypted_key_with_password_in_passfile_starts(tmp_path, brokers):
     key_pem = (instance_etc(varhome) / "keystore" / "key.pem").read_bytes()
     assert b"ENCRYPTED" in key_pem
     serialization.load_pem_private_key(key_pem, password=PASSWORD.encode())
-    process = brokers(varhome, {**TLS_SERVICES, "mqgate.passfile.enabled": "true"})
+    process = broker_factory({**TLS_SERVICES, "mqgate.passfile.enabled": "true"},
+                             varhome=varhome)
     _host, port = process.address("ssljms")
     conn = amqps("localhost", port, instance_etc(varhome) / "keystore" / "cert.pem")
     try:
@@ -284,7 +264,8 @@ def test_encrypted_key_with_password_in_passfile_starts(tmp_path, brokers):
 
 
 @pytest.mark.parametrize("passfile", [None, "not-the-password"])
-def test_encrypted_key_without_its_password_stops_startup(tmp_path, brokers, passfile):
+def test_encrypted_key_without_its_password_stops_startup(tmp_path, broker_factory,
+                                                          passfile):
     """S1.8/S4.6: an encrypted key with no password (no password file, no terminal) or a
     wrong one stops start-up with a message naming mqgate.keystore.password."""
     varhome = tmp_path / "varhome"
@@ -293,7 +274,7 @@ def test_encrypted_key_without_its_password_stops_startup(tmp_path, brokers, pas
     if passfile is not None:
         write_passfile(varhome, passfile)
         defines["mqgate.passfile.enabled"] = "true"
-    process = brokers(varhome, defines, wait=False)
+    process = broker_factory(defines, varhome=varhome, wait=False)
     code, output = process.exit_output()
     assert code != 0, output
     assert "mqgate.keystore.password" in output, output
@@ -302,20 +283,20 @@ def test_encrypted_key_without_its_password_stops_startup(tmp_path, brokers, pas
 
 
 def test_tls_service_without_key_pair_stops_startup_telling_to_run_keytool(tmp_path,
-                                                                          brokers):
+                                                                          broker_factory):
     """S1.8: ssljms in the activelist without a key pair stops start-up with a message
     that says to run `mqgate keytool`."""
-    process = brokers(tmp_path / "varhome", TLS_SERVICES, wait=False)
+    process = broker_factory(TLS_SERVICES, varhome=tmp_path / "varhome", wait=False)
     code, output = process.exit_output()
     assert code != 0, output
     assert "mqgate keytool" in output, output
     assert "mqgate.service.activelist" in output and "ssljms" in output, output
 
 
-def test_tls_startup_error_is_a_message_not_a_traceback(tmp_path, brokers):
+def test_tls_startup_error_is_a_message_not_a_traceback(tmp_path, broker_factory):
     """S1.8/design rule 7: a TLS set-up error stops twistd with the message alone
     (as a bad -D value does), not with a Python traceback of the broker's wiring."""
-    process = brokers(tmp_path / "varhome", TLS_SERVICES, wait=False)
+    process = broker_factory(TLS_SERVICES, varhome=tmp_path / "varhome", wait=False)
     code, output = process.exit_output()
     assert code != 0, output
     assert "Traceback" not in output, output

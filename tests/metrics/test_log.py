@@ -8,7 +8,6 @@ from mqgate.core import Broker, BrokerMessage
 from mqgate.egress.clients import ClientRegistry
 from mqgate.metrics.log import MetricsLogService
 from mqgate.metrics.snapshot import MetricsSources
-from mqgate.net.periodic import PeriodicService
 
 
 def _lines(service, clock, steps):
@@ -55,22 +54,4 @@ def test_no_lines_when_interval_is_zero_or_disabled():
     for service in (MetricsLogService(0, context, clock),
                     MetricsLogService(5, context, clock, enabled=False)):
         assert _lines(service, clock, [lambda: clock.advance(60)]) == []
-        assert clock.getDelayedCalls() == []
-
-
-def test_periodic_service_calls_at_start_and_every_interval_and_stops():
-    """The looping helper the metrics log and ping share calls its work at start and
-    once per interval, and leaves no timer behind once stopped or when off."""
-    for interval, enabled, expected in ((5, True, [0, 5, 10]), (0, True, []),
-                                        (None, True, []), (5, False, [])):
-        clock = Clock()
-        calls = []
-        service = PeriodicService("test", interval, lambda: calls.append(clock.seconds()),
-                                  clock, enabled)
-        service.startService()
-        clock.advance(5)
-        clock.advance(5)
-        service.stopService()
-        clock.advance(5)
-        assert calls == expected, (interval, enabled)
         assert clock.getDelayedCalls() == []
