@@ -16,6 +16,7 @@ the client divides the differences by the time between them.
 
 from dataclasses import dataclass
 
+from mqgate.admin import tables
 from mqgate.admin.options import destination_type, parse_options
 from mqgate.admin.requests import BadRequest, Command, NotFoundError, Reply
 from mqgate.core.addresses import NotFound
@@ -42,25 +43,14 @@ def _kind(options, allowed, usage):
 
 
 def render_table(title, columns, rows):
-    """An imqcmd-like table: a title, a rule, the column heads, a rule, the rows.
+    """The table of a metrics command: a title over right-aligned figures.
 
     @param columns: C{(head, key)} pairs; C{rows}: dicts holding those keys.
     """
-    heads = [head for head, _ in columns]
-    cells = [[_cell(row.get(key)) for _, key in columns] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(heads)]
-    line = "  ".join(h.rjust(w) for h, w in zip(heads, widths))
-    rule = "-" * len(line)
-    body = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
-    return "\n".join([title, rule, line, rule, *body]) + "\n"
-
-
-def _cell(value):
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.2f}" if value < 1000 else f"{value:.0f}"
-    return str(value)
+    table = tables.render_table([head for head, _ in columns],
+                                [[row.get(key) for _, key in columns] for row in rows],
+                                title=title, figures=True)
+    return table + "\n"
 
 
 # -- metrics bkr -----------------------------------------------------------------------
@@ -251,7 +241,7 @@ class SampleTable:
 
     def line(self, when, data, rates_now):
         """One reading: C{when} (text), the totals, C{rates_now} (or none: C{-})."""
-        cells = [when] + [_cell(data.get(k)) for _, k in self._totals]
-        cells += [_cell(rates_now.get(k)) if rates_now else "-" for _, k in self._rates]
-        cells += [_cell(data.get(k)) for _, k in self._now]
+        cells = [when] + [tables.cell(data.get(k)) for _, k in self._totals]
+        cells += [tables.cell(rates_now.get(k)) if rates_now else "-" for _, k in self._rates]
+        cells += [tables.cell(data.get(k)) for _, k in self._now]
         return "  ".join(c.rjust(w) for c, w in zip(cells, self._widths))

@@ -1,8 +1,5 @@
 """`mqgate cmd` for services, connections and the broker (S11.1), against a real
 `twistd -n mqgate` broker with real clients: Proton, stomp.py, raw sockets.
-
-The words go after ``--`` so that the CLI's own options (``-n`` is its --instance)
-do not take the command's imqcmd options.
 """
 
 import contextlib
