@@ -496,7 +496,11 @@ def _query(request, allowed):
 
 
 def _type_word(kind):
-    return _TYPE_WORDS[destination_type(kind)]
+    """The C{-t} word of a type in a path or a query, in the URL's words if wrong."""
+    try:
+        return _TYPE_WORDS[destination_type(kind)]
+    except BadRequest:
+        raise BadRequest(f"destination type {kind!r}: use queue or topic") from None
 
 
 def _json_body(request, required=True):
