@@ -11,6 +11,8 @@ import base64
 import http.client
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import ssl
@@ -526,6 +528,56 @@ def test_httpsadmin_over_verified_tls(tls_broker):
     assert isinstance(info.value.reason, ssl.SSLCertVerificationError)
     table = read_port_mapper(tls_broker.address("portmapper")).decode()
     assert f"httpsadmin https ADMIN {tls_broker.port('httpsadmin')}" in table
+
+
+# -- the README's examples ----------------------------------------------------------------
+
+
+def readme_curls():
+    """The curl command lines of the README's "HTTP admin API" section, in order."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### HTTP admin API", 1)[1].split("\n### ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("curl ")]
+
+
+def run_curl(line, replacements):
+    """Run one README curl line (its comment dropped, its addresses replaced) with
+    -sS and the status written last; C{(status, body)}."""
+    for old, new in replacements.items():
+        line = line.replace(old, new)
+    argv = shlex.split(line, comments=True) + ["-sS", "-w", "\\n%{http_code}"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, (argv, result.stderr)
+    body, _, status = result.stdout.rpartition("\n")
+    return int(status), body
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_curl_examples_work(broker):
+    """Every plain-HTTP curl line of the README's HTTP admin API section, run as
+    written against the broker's port, answers 200 with JSON (Prometheus text for
+    /metrics)."""
+    lines = [line for line in readme_curls() if "http://127.0.0.1:8161" in line]
+    assert len(lines) >= 10
+    for line in lines:
+        status, body = run_curl(line, {"127.0.0.1:8161":
+                                       f"127.0.0.1:{broker.port('httpadmin')}"})
+        assert status == 200, (line, body)
+        if line.rstrip().endswith("/metrics"):
+            assert "mqgate_connections" in body
+        else:
+            json.loads(body)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_tls_curl_example_works(tls_broker):
+    """The README's httpsadmin curl line, with the broker's VARHOME for var/ and its
+    port for 8443, verifies the certificate and answers 200."""
+    [line] = [line for line in readme_curls() if "https://" in line]
+    status, body = run_curl(line, {
+        "var/": f"{tls_broker.varhome}/",
+        ":8443": f":{tls_broker.port('httpsadmin')}"})
+    assert (status, json.loads(body)) == (200, [])
 
 
 # -- under load ---------------------------------------------------------------------------
