@@ -584,6 +584,9 @@ def test_readme_tls_curl_example_works(tls_broker):
 
 #: The bound of S11.2's "answers within 100 ms while a benchmark runs".
 LOAD_BOUND = 0.100
+#: What an operator's tools read while the broker is busy.
+LOAD_PATHS = ("/api/broker", "/api/clients", "/api/destinations", "/api/connections",
+              "/metrics")
 
 
 def timed_get(port, path):
@@ -610,8 +613,10 @@ def delivered(broker):
 @pytest.mark.timeout(240)
 def test_api_answers_within_100_ms_while_a_queue_is_flooded(broker):
     """While the AMQP throughput benchmark (a producer and a consumer, each its own
-    process, started from a client thread) floods a queue, GET /api/broker and GET
-    /api/clients answer in under 100 ms (the 95th percentile of 40 requests)."""
+    process, started from a client thread) floods a queue, the API's reading routes
+    and /metrics answer in under 100 ms (the 95th percentile of 50 requests, each on
+    a new connection as curl makes them; logins come from the cache, as a scraper's
+    do after its first)."""
     port = broker.port("httpadmin")
     timed_get(port, "/api/broker")   # the first login pays the password hash
     url = f"amqp://127.0.0.1:{broker.port('jms')}"
@@ -628,11 +633,13 @@ def test_api_answers_within_100_ms_while_a_queue_is_flooded(broker):
                    "the benchmark's consumer receiving")
         before, started = delivered(broker)[0], time.monotonic()
         times = []
-        for index in range(40):
-            path = "/api/broker" if index % 2 else "/api/clients"
+        worst = {}
+        for index in range(50):
+            path = LOAD_PATHS[index % len(LOAD_PATHS)]
             seconds, status = timed_get(port, path)
-            assert status == 200
+            assert status == 200, path
             times.append(seconds)
+            worst[path] = max(worst.get(path, 0), seconds)
         after, count = delivered(broker)
         rate = (after - before) / (time.monotonic() - started)
         assert bench.poll() is None, bench.stderr.read()
@@ -645,6 +652,7 @@ def test_api_answers_within_100_ms_while_a_queue_is_flooded(broker):
     p95 = times[int(len(times) * 0.95) - 1]
     print(f"\nHTTP admin API under load: median {statistics.median(times) * 1000:.1f} "
           f"ms, p95 {p95 * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms, while the "
-          f"broker delivered {rate:.0f} msg/s")
+          f"broker delivered {rate:.0f} msg/s; slowest per route: "
+          + ", ".join(f"{p} {t * 1000:.1f} ms" for p, t in worst.items()))
     assert rate > 200, "the benchmark was not flooding the queue"
     assert p95 < LOAD_BOUND, times
