@@ -423,6 +423,26 @@ def test_a_user_outside_the_admin_group_is_a_403(broker):
     assert "alice" in data["error"]
 
 
+def test_no_route_but_healthz_serves_a_stranger_or_a_non_admin(broker):
+    """Without credentials every route is a 401, and for alice (group user) a 403:
+    her DELETE of a queue and purge of it change nothing, /metrics tells her nothing."""
+    name = queue_name("guarded")
+    path = f"/api/destinations/queue/{name}"
+    assert call(broker, "PUT", path, {"maxNumMsgs": 5})[0] == 200
+    routes = [("GET", "/api/broker"), ("GET", "/api/services"), ("GET", path),
+              ("DELETE", path), ("POST", path + "/purge"), ("GET", "/api/connections"),
+              ("DELETE", "/api/connections/1"), ("GET", "/api/durables"),
+              ("GET", "/api/clients"), ("GET", "/metrics")]
+    for method, route in routes:
+        status, _, data = call(broker, method, route, user=None)
+        assert (status, data["status"]) == (401, 401), route
+        status, _, data = call(broker, method, route, user="alice")
+        assert status == 403 and "alice" in data["error"], route
+    status, _, data = call(broker, "GET", path)
+    assert status == 200 and data["limits"]["maxNumMsgs"] == 5
+    assert call(broker, "DELETE", path)[0] == 200
+
+
 def test_requests_and_logins_are_audited(broker):
     """A command over HTTP is an admin record and a failed login an authentication
     record in the audit file, both naming the httpadmin service."""
