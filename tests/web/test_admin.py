@@ -326,8 +326,11 @@ def test_a_405_names_the_allowed_methods(site):
 
 
 def test_a_bad_destination_type_or_query_is_a_400(site, recorder):
-    """A type other than queue/topic, or an unknown query parameter, is a 400."""
-    assert send(site, "GET", "/api/destinations/table/x", auth=ADMIN).status == 400
+    """A type other than queue/topic, or an unknown query parameter, is a 400; the
+    type's message speaks the URL's words."""
+    response = send(site, "GET", "/api/destinations/table/x", auth=ADMIN)
+    assert response.status == 400
+    assert response.json()["error"] == "destination type 'table': use queue or topic"
     response = send(site, "GET", "/api/destinations?kind=queue", auth=ADMIN)
     assert response.status == 400
     assert "unknown query parameter 'kind'" in response.json()["error"]
