@@ -345,6 +345,28 @@ def test_metrics_match_what_was_sent(broker):
     assert size == 113
 
 
+def test_metrics_count_a_stomp_topic(broker):
+    """Four stomp.py SENDs to a topic with one stomp.py subscriber: /metrics shows the
+    topic's one subscription, four published and four routed, and the messages
+    received are the four sent."""
+    topic = queue_name("prices").replace("_", ".")
+    label = (("topic", topic),)
+    with clients() as open_client:
+        subscriber = open_client(broker.address("jms"))
+        subscriber.subscribe(f"/topic/{topic}")
+        producer = open_client(broker.address("jms"))
+        for i in range(4):
+            producer.send(f"/topic/{topic}", f"p{i}")
+        got = subscriber.collector.wait_for_messages(4)
+        assert [bytes(m.body) for m in got] == [b"p0", b"p1", b"p2", b"p3"]
+        samples = scrape(broker)
+        assert samples[("mqgate_topic_subscriptions", label)] == 1
+        assert samples[("mqgate_topic_consumers", label)] == 1
+        assert samples[("mqgate_topic_messages_published_total", label)] == 4
+        assert samples[("mqgate_topic_messages_routed_total", label)] == 4
+        assert samples[("mqgate_connections", (("service", "jms"),))] >= 2
+
+
 #: Queues of the scrape test: the issue's "10,000 destinations scraped in under a second".
 MANY_QUEUES = 10_000
 
