@@ -55,6 +55,7 @@ from urllib.parse import unquote_to_bytes
 from klein import Klein
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.web.resource import Resource
 
 from mqgate.admin.options import destination_type
 from mqgate.admin.requests import (
@@ -141,7 +142,7 @@ class AdminApi:
 
     def resource(self):
         """The twisted.web resource to serve."""
-        return self.app.resource()
+        return _Utf8Only(self.app.resource())
 
     # -- the routes -------------------------------------------------------------------
 
@@ -331,7 +332,7 @@ class AdminApi:
         if failure.check(AdminError):
             return Reply(str(failure.value), status=failure.value.status)
         self.log.failure("admin request {request} over HTTP failed", failure,
-                         request=call.command)
+                         request=_printable(call.command))
         return Reply("the broker failed to carry out the request; see its log",
                      status=500)
 
@@ -349,7 +350,7 @@ class AdminApi:
         user = call.principal.name
         command = call.command or _describe(call.request)
         self.log.info("admin request {request} over HTTP from {user}: {status}",
-                      request=command, user=user, status=reply.status)
+                      request=_printable(command), user=user, status=reply.status)
         self._audit.record("admin", "ok" if reply.status == OK else "failed", user=user,
                            address=call.peer, service=self._service, command=command,
                            status=reply.status)
@@ -422,6 +423,29 @@ class AdminApi:
         return failure
 
 
+class _Utf8Only(Resource):
+    """The API's resource behind a check that the path and host are UTF-8.
+
+    Klein answers a request whose unquoted path is not UTF-8 (C{%FF}) with a plain
+    text 400 and logs a traceback for it: any stranger could fill the log with them.
+    Here it is a JSON 400 like every other refusal, and nothing is logged."""
+
+    isLeaf = True
+
+    def __init__(self, inner):
+        super().__init__()
+        self._inner = inner
+
+    def render(self, request):
+        try:
+            b"/".join(request.prepath + request.postpath).decode("utf-8")
+            request.getRequestHostname().decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(request, 400, "the path and host of a request are URL-quoted "
+                          "UTF-8")
+        return self._inner.render(request)
+
+
 def _refusal_reply(failure):
     """A request the words could not be made of (a bad body, a bad query) is answered
     like a command that refused it; anything else goes on down the errbacks."""
@@ -455,8 +479,17 @@ def _peer(request):
 
 
 def _describe(request):
-    return f"{request.method.decode('ascii', 'replace')} " \
-           f"{request.path.decode('ascii', 'replace')}"
+    return _printable(f"{request.method.decode('ascii', 'replace')} "
+                      f"{request.path.decode('ascii', 'replace')}")
+
+
+def _printable(text):
+    """C{text} with control characters escaped (C{\\r}, C{\\x1b}): a name in a URL
+    may hold any of them once unquoted, and written raw to the log they could forge
+    a line or drive the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _no_resource(request):

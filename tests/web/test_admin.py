@@ -4,6 +4,7 @@ command words checked exactly against a small fake command table, the login (Bas
 
 import pytest
 from twisted.internet import defer
+from twisted.logger import capturedLogs, formatEvent
 
 from mqgate.admin.requests import (
     AdminContext, AdminError, AdminRequests, BadRequest, Command, NotFoundError, Reply,
@@ -336,6 +337,27 @@ def test_a_bad_destination_type_or_query_is_a_400(site, recorder):
     assert "unknown query parameter 'kind'" in response.json()["error"]
     assert send(site, "GET", "/api/destinations?type=q&type=t", auth=ADMIN).status == 400
     assert recorder.words == []
+
+
+def test_a_path_that_is_not_utf8_is_a_json_400_without_a_traceback(site, recorder):
+    """%FF in a name: a JSON 400 saying the path must be UTF-8, and no error logged."""
+    with capturedLogs() as events:
+        response = send(site, "GET", "/api/destinations/queue/%FF", auth=ADMIN)
+    assert response.status == 400
+    assert "URL-quoted UTF-8" in response.json()["error"]
+    assert [e for e in events if e.get("log_failure") is not None] == []
+    assert recorder.words == []
+
+
+def test_control_characters_of_a_name_are_escaped_in_the_log(site, recorder):
+    """A name with a carriage return and an escape sequence reaches the command as
+    it is, but the log line shows them escaped: it cannot forge a line."""
+    with capturedLogs() as events:
+        send(site, "GET", "/api/destinations/queue/x%0Dforged%1B%5B2J", auth=ADMIN)
+    assert recorder.words == [["query", "dst", "-t", "q", "-n", "x\rforged\x1b[2J"]]
+    [line] = [formatEvent(e) for e in events if "over HTTP" in formatEvent(e)]
+    assert "x\\rforged\\x1b[2J" in line
+    assert line.isprintable()
 
 
 def test_clients_is_an_empty_list_when_none_is_connected(authenticator, audit):
