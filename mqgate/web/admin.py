@@ -56,6 +56,7 @@ from klein import Klein
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.resource import Resource
+from werkzeug.routing import PathConverter
 
 from mqgate.admin.options import destination_type
 from mqgate.admin.requests import (
@@ -103,6 +104,16 @@ def basic_credentials(request):
     return user, password
 
 
+class _Rest(PathConverter):
+    """The rest of a path, whatever its first character: a name read from the raw
+    path may start with a quoted slash (a client id C{/app}), which Klein sees
+    unquoted, and werkzeug's C{path} would not match it but answer a redirect to the
+    path with the slash merged away, another name's."""
+
+    regex = ".+?"
+    part_isolating = False   # werkzeug would guess True: the regex names no slash
+
+
 class _Call:
     """One API request on its way: who, from where, and the command it became."""
 
@@ -129,6 +140,9 @@ class AdminApi:
     """
 
     app = Klein()
+    # Before the routes: they use it, and a doubled slash is part of a name here.
+    app.url_map.converters["rest"] = _Rest
+    app.url_map.merge_slashes = False
     log = Logger()
 
     def __init__(self, requests, authenticator, *, access=None, service="httpadmin",
@@ -154,7 +168,7 @@ class AdminApi:
     def services(self, request):
         return self._admin(request, lambda call: self._run(call, "list", "svc"))
 
-    @app.route("/api/services/<path:_name>", methods=["GET"])
+    @app.route("/api/services/<rest:_name>", methods=["GET"])
     def service(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -169,7 +183,7 @@ class AdminApi:
             return self._run(call, "list", "dst", *words)
         return self._admin(request, run)
 
-    @app.route("/api/destinations/<path:_rest>",
+    @app.route("/api/destinations/<rest:_rest>",
                methods=["GET", "PUT", "DELETE", "POST"])
     def destination(self, request, _rest):
         return self._admin(request, lambda call: self._destination(call, request))
@@ -182,7 +196,7 @@ class AdminApi:
             return self._run(call, "list", "cxn", *words)
         return self._admin(request, run)
 
-    @app.route("/api/connections/<path:_id>", methods=["GET", "DELETE"])
+    @app.route("/api/connections/<rest:_id>", methods=["GET", "DELETE"])
     def connection(self, request, _id):
         def run(call):
             (cid,) = _names(request, 1)
@@ -198,7 +212,7 @@ class AdminApi:
             return self._run(call, "list", "dur", *words)
         return self._admin(request, run)
 
-    @app.route("/api/durables/<path:_rest>", methods=["DELETE", "POST"])
+    @app.route("/api/durables/<rest:_rest>", methods=["DELETE", "POST"])
     def durable(self, request, _rest):
         def run(call):
             if request.method == b"DELETE":
@@ -221,7 +235,7 @@ class AdminApi:
                                  if reply.status == NOT_FOUND else reply)
         return self._admin(request, run)
 
-    @app.route("/api/clients/<path:_name>", methods=["GET"])
+    @app.route("/api/clients/<rest:_name>", methods=["GET"])
     def client(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -233,7 +247,7 @@ class AdminApi:
         return self._admin(request, lambda call: self._run(
             call, "show", "client-profile", "*"))
 
-    @app.route("/api/client-profiles/<path:_name>", methods=["GET"])
+    @app.route("/api/client-profiles/<rest:_name>", methods=["GET"])
     def profile(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -244,7 +258,7 @@ class AdminApi:
     def reload_all(self, request):
         return self._admin(request, lambda call: self._run(call, "reload", "all"))
 
-    @app.route("/api/reload/<path:_name>", methods=["POST"])
+    @app.route("/api/reload/<rest:_name>", methods=["POST"])
     def reload(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -132,6 +133,18 @@ def test_clients_lists_connected_clients_by_quoted_name(broker):
         conn.close()
     wait_until(lambda: call(broker, "GET", "/api/clients")[2] == [], TIMEOUT,
                "the closed client left /api/clients")
+
+
+def test_a_client_id_starting_with_a_slash_is_found_by_its_quoted_name(broker):
+    """A Proton client whose container id starts with a slash (/app//7) is found at
+    /api/clients/%2Fapp%2F%2F7, not redirected to a name with the slashes merged."""
+    container = "/app//" + unique("x")
+    quoted = urllib.parse.quote(container, safe="")
+    with opened(broker, container_id=container) as conn:
+        conn.create_receiver(queue_name("slash"))
+        status, _, data = call(broker, "GET", f"/api/clients/{quoted}")
+        assert status == 200, data
+        assert [c["client"] for c in data] == [container]
 
 
 def test_reload_over_http(broker):

@@ -360,6 +360,30 @@ def test_control_characters_of_a_name_are_escaped_in_the_log(site, recorder):
     assert line.isprintable()
 
 
+@pytest.mark.parametrize("quoted, name", [
+    ("a%2F%2Fb", "a//b"), ("%2Fa", "/a"), ("a%2F", "a/"), ("a%2F..%2Fb", "a/../b"), ("%2F..%2F", "/../")])
+def test_slashes_quoted_in_a_name_stay_as_they_are(site, recorder, quoted, name):
+    """Quoted slashes, doubled, leading or trailing, are the name's own: the command
+    gets them unchanged, with no redirect to a path with fewer slashes."""
+    response = send(site, "GET", f"/api/destinations/queue/{quoted}", auth=ADMIN)
+    assert response.status == 200
+    assert recorder.words == [["query", "dst", "-t", "q", "-n", name]]
+
+
+@pytest.mark.parametrize("method, path, words", [
+    ("GET", "/api/services/%2Fx", ["query", "svc", "-n", "/x"]),
+    ("GET", "/api/clients/%2Fapp%2F1", ["show", "client", "/app/1", "stats", "queue"]),
+    ("DELETE", "/api/durables/%2Fapp/sub", ["destroy", "dur", "-n", "sub", "-c", "/app"]),
+    ("GET", "/api/connections/%2F7", ["query", "cxn", "-n", "/7"])])
+def test_a_name_starting_with_a_quoted_slash_is_not_redirected(site, recorder, method,
+                                                               path, words):
+    """A client id or other name that starts with a slash reaches its command as it
+    is, not a redirect to the name without it (another client's, perhaps)."""
+    response = send(site, method, path, auth=ADMIN)
+    assert response.status == 200, response.body
+    assert recorder.words == [words]
+
+
 def test_clients_is_an_empty_list_when_none_is_connected(authenticator, audit):
     """GET /api/clients with no client connected: 200 and [] (the real show command)."""
     site = api_site(dict(SHOW_COMMANDS), authenticator, audit)
