@@ -73,6 +73,7 @@ CHALLENGE = b'Basic realm="mqgate admin", charset="UTF-8"'
 _JSON = b"application/json; charset=utf-8"
 _TYPE_WORDS = {"queue": "q", "topic": "t"}
 _DESTINATION_ACTIONS = ("purge", "pause", "resume")
+_EMPTY = object()   # a request without a body, told apart from a JSON null
 
 
 class HttpError(Exception):
@@ -317,7 +318,7 @@ class AdminApi:
                        for word in ("-o", prop)]
             return self._put_destination(call, target, options)
         if action == "pause":
-            what = _pause_target(_json_body(request, required=False))
+            what = _pause_target(_json_body(request, required=False, empty=_EMPTY))
             return self._run(call, "pause", "dst", *target,
                              *(() if what is None else ("-pst", what)))
         return self._run(call, action, "dst", *target)
@@ -550,13 +551,13 @@ def _type_word(kind):
         raise BadRequest(f"destination type {kind!r}: use queue or topic") from None
 
 
-def _json_body(request, required=True):
-    """The request's JSON body; None when it is empty and not C{required}."""
+def _json_body(request, required=True, empty=None):
+    """The request's JSON body; C{empty} when it has none and need not."""
     raw = request.content.getvalue() if request.content is not None else b""
     if not raw.strip():
         if required:
             raise BadRequest("this request takes a JSON object as its body")
-        return None
+        return empty
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -581,7 +582,8 @@ def _properties(body):
 
 
 def _pause_target(body):
-    if body is None:
+    # No body pauses ALL; a JSON null is not "no body" but a mistake.
+    if body is _EMPTY:
         return None
     what = body.get("what") if isinstance(body, dict) else None
     if not isinstance(what, str) or set(body) - {"what"}:

@@ -195,10 +195,12 @@ def test_put_with_a_bad_body_is_a_400(site, recorder, body, why):
 
 
 def test_pause_with_a_bad_body_is_a_400(site, recorder):
-    """A pause body other than {"what": ...} is refused before any command runs."""
-    response = send(site, "POST", "/api/destinations/queue/q/pause",
-                    body={"who": "x"}, auth=ADMIN)
-    assert response.status == 400
+    """A pause body other than {"what": ...}, a JSON null included, is refused before
+    any command runs (no body at all pauses everything)."""
+    for body in ({"who": "x"}, b"null", b'"CONSUMERS"'):
+        response = send(site, "POST", "/api/destinations/queue/q/pause",
+                        body=body, auth=ADMIN)
+        assert response.status == 400
     assert recorder.words == []
 
 
