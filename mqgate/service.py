@@ -474,13 +474,15 @@ def build_broker(settings, reactor):
                   reactor=reactor, flusher=flusher, admin_requests=admin_requests,
                   egress=egress, access=access, identities=identities, audit=audit)
     services = []
+    web_services = []   # listed by the svc and bkr commands; no pings, no pools
     for name in settings["mqgate.service.activelist"]:
         if name not in _RUNNABLE:
             log.warn("service {name} is not available in this version; skipped", name=name)
             continue
         kind, transport = SERVICES[name]
         if transport in (HTTP, HTTPS):
-            _admin_api_service(name, top, registry, **shared).setServiceParent(top)
+            web_services.append(_admin_api_service(name, top, registry, **shared))
+            web_services[-1].setServiceParent(top)
             continue
         host, port = settings.service_address(name)
         protocols = settings[f"mqgate.{name}.protocols"]
@@ -499,7 +501,7 @@ def build_broker(settings, reactor):
             details=_service_details(settings, name)))
         services[-1].setServiceParent(top)
         context.metrics.services[name] = services[-1]
-    control.services = [portmapper, *services]
+    control.services = [portmapper, *services, *web_services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
     MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,

@@ -55,6 +55,8 @@ from urllib.parse import unquote_to_bytes
 from klein import Klein
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.web.resource import Resource
+from werkzeug.routing import PathConverter
 
 from mqgate.admin.options import destination_type
 from mqgate.admin.requests import (
@@ -71,6 +73,7 @@ CHALLENGE = b'Basic realm="mqgate admin", charset="UTF-8"'
 _JSON = b"application/json; charset=utf-8"
 _TYPE_WORDS = {"queue": "q", "topic": "t"}
 _DESTINATION_ACTIONS = ("purge", "pause", "resume")
+_EMPTY = object()   # a request without a body, told apart from a JSON null
 
 
 class HttpError(Exception):
@@ -102,6 +105,16 @@ def basic_credentials(request):
     return user, password
 
 
+class _Rest(PathConverter):
+    """The rest of a path, whatever its first character: a name read from the raw
+    path may start with a quoted slash (a client id C{/app}), which Klein sees
+    unquoted, and werkzeug's C{path} would not match it but answer a redirect to the
+    path with the slash merged away, another name's."""
+
+    regex = ".+?"
+    part_isolating = False   # werkzeug would guess True: the regex names no slash
+
+
 class _Call:
     """One API request on its way: who, from where, and the command it became."""
 
@@ -128,6 +141,9 @@ class AdminApi:
     """
 
     app = Klein()
+    # Before the routes: they use it, and a doubled slash is part of a name here.
+    app.url_map.converters["rest"] = _Rest
+    app.url_map.merge_slashes = False
     log = Logger()
 
     def __init__(self, requests, authenticator, *, access=None, service="httpadmin",
@@ -141,7 +157,7 @@ class AdminApi:
 
     def resource(self):
         """The twisted.web resource to serve."""
-        return self.app.resource()
+        return _Utf8Only(self.app.resource())
 
     # -- the routes -------------------------------------------------------------------
 
@@ -153,7 +169,7 @@ class AdminApi:
     def services(self, request):
         return self._admin(request, lambda call: self._run(call, "list", "svc"))
 
-    @app.route("/api/services/<path:_name>", methods=["GET"])
+    @app.route("/api/services/<rest:_name>", methods=["GET"])
     def service(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -168,7 +184,7 @@ class AdminApi:
             return self._run(call, "list", "dst", *words)
         return self._admin(request, run)
 
-    @app.route("/api/destinations/<path:_rest>",
+    @app.route("/api/destinations/<rest:_rest>",
                methods=["GET", "PUT", "DELETE", "POST"])
     def destination(self, request, _rest):
         return self._admin(request, lambda call: self._destination(call, request))
@@ -181,7 +197,7 @@ class AdminApi:
             return self._run(call, "list", "cxn", *words)
         return self._admin(request, run)
 
-    @app.route("/api/connections/<path:_id>", methods=["GET", "DELETE"])
+    @app.route("/api/connections/<rest:_id>", methods=["GET", "DELETE"])
     def connection(self, request, _id):
         def run(call):
             (cid,) = _names(request, 1)
@@ -197,7 +213,7 @@ class AdminApi:
             return self._run(call, "list", "dur", *words)
         return self._admin(request, run)
 
-    @app.route("/api/durables/<path:_rest>", methods=["DELETE", "POST"])
+    @app.route("/api/durables/<rest:_rest>", methods=["DELETE", "POST"])
     def durable(self, request, _rest):
         def run(call):
             if request.method == b"DELETE":
@@ -220,7 +236,7 @@ class AdminApi:
                                  if reply.status == NOT_FOUND else reply)
         return self._admin(request, run)
 
-    @app.route("/api/clients/<path:_name>", methods=["GET"])
+    @app.route("/api/clients/<rest:_name>", methods=["GET"])
     def client(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -232,7 +248,7 @@ class AdminApi:
         return self._admin(request, lambda call: self._run(
             call, "show", "client-profile", "*"))
 
-    @app.route("/api/client-profiles/<path:_name>", methods=["GET"])
+    @app.route("/api/client-profiles/<rest:_name>", methods=["GET"])
     def profile(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -243,7 +259,7 @@ class AdminApi:
     def reload_all(self, request):
         return self._admin(request, lambda call: self._run(call, "reload", "all"))
 
-    @app.route("/api/reload/<path:_name>", methods=["POST"])
+    @app.route("/api/reload/<rest:_name>", methods=["POST"])
     def reload(self, request, _name):
         def run(call):
             (name,) = _names(request, 1)
@@ -302,7 +318,7 @@ class AdminApi:
                        for word in ("-o", prop)]
             return self._put_destination(call, target, options)
         if action == "pause":
-            what = _pause_target(_json_body(request, required=False))
+            what = _pause_target(_json_body(request, required=False, empty=_EMPTY))
             return self._run(call, "pause", "dst", *target,
                              *(() if what is None else ("-pst", what)))
         return self._run(call, action, "dst", *target)
@@ -331,7 +347,7 @@ class AdminApi:
         if failure.check(AdminError):
             return Reply(str(failure.value), status=failure.value.status)
         self.log.failure("admin request {request} over HTTP failed", failure,
-                         request=call.command)
+                         request=_printable(call.command))
         return Reply("the broker failed to carry out the request; see its log",
                      status=500)
 
@@ -349,7 +365,7 @@ class AdminApi:
         user = call.principal.name
         command = call.command or _describe(call.request)
         self.log.info("admin request {request} over HTTP from {user}: {status}",
-                      request=command, user=user, status=reply.status)
+                      request=_printable(command), user=user, status=reply.status)
         self._audit.record("admin", "ok" if reply.status == OK else "failed", user=user,
                            address=call.peer, service=self._service, command=command,
                            status=reply.status)
@@ -422,6 +438,29 @@ class AdminApi:
         return failure
 
 
+class _Utf8Only(Resource):
+    """The API's resource behind a check that the path and host are UTF-8.
+
+    Klein answers a request whose unquoted path is not UTF-8 (C{%FF}) with a plain
+    text 400 and logs a traceback for it: any stranger could fill the log with them.
+    Here it is a JSON 400 like every other refusal, and nothing is logged."""
+
+    isLeaf = True
+
+    def __init__(self, inner):
+        super().__init__()
+        self._inner = inner
+
+    def render(self, request):
+        try:
+            b"/".join(request.prepath + request.postpath).decode("utf-8")
+            request.getRequestHostname().decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(request, 400, "the path and host of a request are URL-quoted "
+                          "UTF-8")
+        return self._inner.render(request)
+
+
 def _refusal_reply(failure):
     """A request the words could not be made of (a bad body, a bad query) is answered
     like a command that refused it; anything else goes on down the errbacks."""
@@ -455,8 +494,17 @@ def _peer(request):
 
 
 def _describe(request):
-    return f"{request.method.decode('ascii', 'replace')} " \
-           f"{request.path.decode('ascii', 'replace')}"
+    return _printable(f"{request.method.decode('ascii', 'replace')} "
+                      f"{request.path.decode('ascii', 'replace')}")
+
+
+def _printable(text):
+    """C{text} with control characters escaped (C{\\r}, C{\\x1b}): a name in a URL
+    may hold any of them once unquoted, and written raw to the log they could forge
+    a line or drive the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _no_resource(request):
@@ -496,16 +544,20 @@ def _query(request, allowed):
 
 
 def _type_word(kind):
-    return _TYPE_WORDS[destination_type(kind)]
+    """The C{-t} word of a type in a path or a query, in the URL's words if wrong."""
+    try:
+        return _TYPE_WORDS[destination_type(kind)]
+    except BadRequest:
+        raise BadRequest(f"destination type {kind!r}: use queue or topic") from None
 
 
-def _json_body(request, required=True):
-    """The request's JSON body; None when it is empty and not C{required}."""
+def _json_body(request, required=True, empty=None):
+    """The request's JSON body; C{empty} when it has none and need not."""
     raw = request.content.getvalue() if request.content is not None else b""
     if not raw.strip():
         if required:
             raise BadRequest("this request takes a JSON object as its body")
-        return None
+        return empty
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -530,7 +582,8 @@ def _properties(body):
 
 
 def _pause_target(body):
-    if body is None:
+    # No body pauses ALL; a JSON null is not "no body" but a mistake.
+    if body is _EMPTY:
         return None
     what = body.get("what") if isinstance(body, dict) else None
     if not isinstance(what, str) or set(body) - {"what"}:

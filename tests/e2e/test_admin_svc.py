@@ -263,12 +263,14 @@ def test_svc_and_bkr_commands_count_the_same_connections(broker, passfile):
 
 
 def test_pause_bkr_pauses_normal_services_only(broker, passfile):
-    """`pause bkr` pauses jms and stomp, leaves admin working; `resume bkr` undoes it."""
+    """`pause bkr` pauses jms and stomp, leaves admin and httpadmin working; `resume
+    bkr` undoes it."""
     assert mqgate_cmd(broker, passfile, "pause", "bkr").returncode == 0
     data = cmd_json(broker, passfile, "query", "bkr")    # admin still answers
     assert data["state"] == "PAUSED"
     assert data["services"] == {"portmapper": "RUNNING", "jms": "PAUSED",
-                                "admin": "RUNNING", "stomp": "PAUSED"}
+                                "admin": "RUNNING", "stomp": "PAUSED",
+                                "httpadmin": "RUNNING"}
     sock = socket.create_connection(broker.address("jms"), timeout=UNANSWERED)
     try:
         sock.sendall(b"AMQP\x03\x01\x00\x00")

@@ -4,6 +4,7 @@ command words checked exactly against a small fake command table, the login (Bas
 
 import pytest
 from twisted.internet import defer
+from twisted.logger import capturedLogs, formatEvent
 
 from mqgate.admin.requests import (
     AdminContext, AdminError, AdminRequests, BadRequest, Command, NotFoundError, Reply,
@@ -194,10 +195,12 @@ def test_put_with_a_bad_body_is_a_400(site, recorder, body, why):
 
 
 def test_pause_with_a_bad_body_is_a_400(site, recorder):
-    """A pause body other than {"what": ...} is refused before any command runs."""
-    response = send(site, "POST", "/api/destinations/queue/q/pause",
-                    body={"who": "x"}, auth=ADMIN)
-    assert response.status == 400
+    """A pause body other than {"what": ...}, a JSON null included, is refused before
+    any command runs (no body at all pauses everything)."""
+    for body in ({"who": "x"}, b"null", b'"CONSUMERS"'):
+        response = send(site, "POST", "/api/destinations/queue/q/pause",
+                        body=body, auth=ADMIN)
+        assert response.status == 400
     assert recorder.words == []
 
 
@@ -326,13 +329,61 @@ def test_a_405_names_the_allowed_methods(site):
 
 
 def test_a_bad_destination_type_or_query_is_a_400(site, recorder):
-    """A type other than queue/topic, or an unknown query parameter, is a 400."""
-    assert send(site, "GET", "/api/destinations/table/x", auth=ADMIN).status == 400
+    """A type other than queue/topic, or an unknown query parameter, is a 400; the
+    type's message speaks the URL's words."""
+    response = send(site, "GET", "/api/destinations/table/x", auth=ADMIN)
+    assert response.status == 400
+    assert response.json()["error"] == "destination type 'table': use queue or topic"
     response = send(site, "GET", "/api/destinations?kind=queue", auth=ADMIN)
     assert response.status == 400
     assert "unknown query parameter 'kind'" in response.json()["error"]
     assert send(site, "GET", "/api/destinations?type=q&type=t", auth=ADMIN).status == 400
     assert recorder.words == []
+
+
+def test_a_path_that_is_not_utf8_is_a_json_400_without_a_traceback(site, recorder):
+    """%FF in a name: a JSON 400 saying the path must be UTF-8, and no error logged."""
+    with capturedLogs() as events:
+        response = send(site, "GET", "/api/destinations/queue/%FF", auth=ADMIN)
+    assert response.status == 400
+    assert "URL-quoted UTF-8" in response.json()["error"]
+    assert [e for e in events if e.get("log_failure") is not None] == []
+    assert recorder.words == []
+
+
+def test_control_characters_of_a_name_are_escaped_in_the_log(site, recorder):
+    """A name with a carriage return and an escape sequence reaches the command as
+    it is, but the log line shows them escaped: it cannot forge a line."""
+    with capturedLogs() as events:
+        send(site, "GET", "/api/destinations/queue/x%0Dforged%1B%5B2J", auth=ADMIN)
+    assert recorder.words == [["query", "dst", "-t", "q", "-n", "x\rforged\x1b[2J"]]
+    [line] = [formatEvent(e) for e in events if "over HTTP" in formatEvent(e)]
+    assert "x\\rforged\\x1b[2J" in line
+    assert line.isprintable()
+
+
+@pytest.mark.parametrize("quoted, name", [
+    ("a%2F%2Fb", "a//b"), ("%2Fa", "/a"), ("a%2F", "a/"), ("a%2F..%2Fb", "a/../b"), ("%2F..%2F", "/../")])
+def test_slashes_quoted_in_a_name_stay_as_they_are(site, recorder, quoted, name):
+    """Quoted slashes, doubled, leading or trailing, are the name's own: the command
+    gets them unchanged, with no redirect to a path with fewer slashes."""
+    response = send(site, "GET", f"/api/destinations/queue/{quoted}", auth=ADMIN)
+    assert response.status == 200
+    assert recorder.words == [["query", "dst", "-t", "q", "-n", name]]
+
+
+@pytest.mark.parametrize("method, path, words", [
+    ("GET", "/api/services/%2Fx", ["query", "svc", "-n", "/x"]),
+    ("GET", "/api/clients/%2Fapp%2F1", ["show", "client", "/app/1", "stats", "queue"]),
+    ("DELETE", "/api/durables/%2Fapp/sub", ["destroy", "dur", "-n", "sub", "-c", "/app"]),
+    ("GET", "/api/connections/%2F7", ["query", "cxn", "-n", "/7"])])
+def test_a_name_starting_with_a_quoted_slash_is_not_redirected(site, recorder, method,
+                                                               path, words):
+    """A client id or other name that starts with a slash reaches its command as it
+    is, not a redirect to the name without it (another client's, perhaps)."""
+    response = send(site, method, path, auth=ADMIN)
+    assert response.status == 200, response.body
+    assert recorder.words == [words]
 
 
 def test_clients_is_an_empty_list_when_none_is_connected(authenticator, audit):
