@@ -53,3 +53,12 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent something the protocol forbids."""
+
+
+def printable(text):
+    """C{text} with its control characters escaped (C{\\r} as C{\\\\r}, ESC as
+    C{\\\\x1b}), for a log line or a message that quotes what a client sent: written raw,
+    a name could forge a log line or drive the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

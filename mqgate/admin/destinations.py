@@ -157,13 +157,19 @@ def parse_size(text, name):
     return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
 
 
+#: The largest count a limit may be set to: past it a limit means nothing (and the
+#: stored attributes should stay ordinary 64-bit integers).
+_MAX_COUNT = 2 ** 62
+
+
 def _count(text, name):
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < -1 or value == 0:
-        raise BadRequest(f"{name}={text}: give -1 (no limit) or a whole number above 0")
+    if value < -1 or value == 0 or value > _MAX_COUNT:
+        raise BadRequest(f"{name}={text}: give -1 (no limit) or a whole number from 1 "
+                         f"to {_MAX_COUNT}")
     return value
 
 

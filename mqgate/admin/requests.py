@@ -53,7 +53,7 @@ from mqgate.amqp.message import Properties, build_message
 from mqgate.amqp.types import ULong
 from mqgate.core.addresses import QUEUE, NotFound, resolve
 from mqgate.core.message import BrokerMessage
-from mqgate.errors import ProtocolError
+from mqgate.errors import ProtocolError, printable
 from mqgate.glue.amqp import ADMIN_ADDRESS
 from mqgate.security.audit import NO_AUDIT
 
@@ -294,11 +294,11 @@ class AdminRequests:
             reply = Reply(str(e), status=e.status)
         except Exception:
             self.log.failure("admin request {request} from {user} failed",
-                             request=str(request), user=user)
+                             request=printable(str(request)), user=user)
             reply = Reply("the broker failed to carry out the request; see its log",
                           status=ERROR)
-        self.log.info("admin request {request!s} from {user}: {status}",
-                      request=request, user=user, status=reply.status)
+        self.log.info("admin request {request} from {user}: {status}",
+                      request=printable(str(request)), user=user, status=reply.status)
         # S4.8: one audit record per admin request, whatever became of it.
         self.audit.record("admin", "ok" if reply.status == OK else "failed", user=user,
                           command=str(request), status=reply.status)

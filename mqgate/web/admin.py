@@ -61,6 +61,7 @@ from werkzeug.routing import PathConverter
 from mqgate.admin.options import destination_type
 from mqgate.admin.requests import (
     NOT_FOUND, OK, AdminError, AdminRequest, BadRequest, Reply, dispatch)
+from mqgate.errors import printable
 from mqgate.security.audit import NO_AUDIT
 from mqgate.security.auth import AuthenticationFailed
 from mqgate.security.guard import LoginBusy
@@ -347,7 +348,7 @@ class AdminApi:
         if failure.check(AdminError):
             return Reply(str(failure.value), status=failure.value.status)
         self.log.failure("admin request {request} over HTTP failed", failure,
-                         request=_printable(call.command))
+                         request=printable(call.command))
         return Reply("the broker failed to carry out the request; see its log",
                      status=500)
 
@@ -365,7 +366,7 @@ class AdminApi:
         user = call.principal.name
         command = call.command or _describe(call.request)
         self.log.info("admin request {request} over HTTP from {user}: {status}",
-                      request=_printable(command), user=user, status=reply.status)
+                      request=printable(command), user=user, status=reply.status)
         self._audit.record("admin", "ok" if reply.status == OK else "failed", user=user,
                            address=call.peer, service=self._service, command=command,
                            status=reply.status)
@@ -494,17 +495,8 @@ def _peer(request):
 
 
 def _describe(request):
-    return _printable(f"{request.method.decode('ascii', 'replace')} "
+    return printable(f"{request.method.decode('ascii', 'replace')} "
                       f"{request.path.decode('ascii', 'replace')}")
-
-
-def _printable(text):
-    """C{text} with control characters escaped (C{\\r}, C{\\x1b}): a name in a URL
-    may hold any of them once unquoted, and written raw to the log they could forge
-    a line or drive the operator's terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _no_resource(request):

@@ -155,6 +155,7 @@ def test_a_bad_property_is_refused_naming_it_and_nothing_is_applied(broker):
     and unknown properties and bad values are each named."""
     run(broker, "create", "dst", "-t", "q", "-n", "q", "-o", "maxNumMsgs=10")
     for pair, why in (("maxNumMsgs=0", "maxNumMsgs=0"),
+                      ("maxNumMsgs=" + "9" * 30, "a whole number from 1 to"),
                       ("maxTotalMsgBytes=12x", "maxTotalMsgBytes=12x"),
                       ("limitBehavior=REMOVE_OLDEST", "not supported"),
                       ("maxNumProducers=5", "maxNumProducers is not supported"),

@@ -10,6 +10,7 @@ from mqgate.admin.requests import (
     BadRequest, Command, parse_request, read_reply, request_body)
 from mqgate.admin.show import COMMANDS
 from mqgate.amqp import conditions as c
+from mqgate.errors import printable
 from mqgate.amqp.events import DeliveriesSettled, LinkDetached, MessageReceived
 from mqgate.amqp.message import Properties, build_message, encode_message, parse_message
 from mqgate.amqp.performatives import RECEIVER, SENDER, Rejected, Source, Target
@@ -323,3 +324,10 @@ def test_jms_service_rejects_relayed_messages_to_the_admin_address(tmp_path):
     assert state.error.condition == c.UNAUTHORIZED_ACCESS
     assert "mqgate.admin" not in service.broker.queues()
     assert "ordinary" in service.broker.queues()
+
+
+def test_printable_escapes_what_could_forge_a_log_line():
+    """Names a client sent are logged with CR, LF and ESC escaped, and plain text as
+    it is."""
+    assert printable("orders.eu") == "orders.eu"
+    assert printable("a\r\nFAKE\x1b[2J") == "a\\r\\nFAKE\\x1b[2J"
