@@ -636,7 +636,9 @@ class EngineProtocol(Protocol):
             return
         now = self.factory.clock.seconds()
         if _ADMIN in self._pauses:
-            _presume_alive(engine)
+            # We are the ones not reading it (its service is paused): its silence is
+            # ours, not a reason for an idle timeout or a missed heart-beat.
+            engine.presume_alive()
         deadline = engine.tick(now)
         if not engine.ready and not engine.finished:
             if now >= self._setup_deadline:
@@ -666,15 +668,6 @@ class EngineProtocol(Protocol):
 
 def _no_handle():
     return None
-
-
-def _presume_alive(engine):
-    """Count the peer as heard from: we are the ones not reading it (its service is
-    paused), so its silence is ours and must not end the connection for an idle
-    timeout or a missed heart-beat. Once reading resumes, the timers run as before.
-    (Both engines learn of traffic through this flag, set when bytes arrive.)"""
-    if hasattr(engine, "_rx"):
-        engine._rx = True
 
 
 class EngineFactory(Factory):

@@ -171,6 +171,12 @@ class StompConnection:
         self._out = []
         return out
 
+    def presume_alive(self):
+        """Count the peer as heard from at the next L{tick}, as if bytes had come: the
+        caller is the one not reading it (an administrator paused its service), so
+        the silence is ours and must not end the connection."""
+        self._rx = True
+
     def tick(self, now):
         """Run the heart-beat timers; return the time of the next tick, or None.
 
