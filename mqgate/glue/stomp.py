@@ -263,6 +263,12 @@ class StompBrokerSession(BrokerSession):
         self._session_id = f"mqgate-{next(_session_ids)}"
         self._produce = None   # the SENDs' access decisions (S4.5), once logged in
 
+    def flows(self):
+        """See L{BrokerSession.flows}: one consumer per SUBSCRIBE, a producer per
+        destination SENT to."""
+        return {"consumers": len(self.subscriptions), "producers": len(self._producers),
+                "subscriptions": len(self.subscriptions)}
+
     def next_ack_id(self):
         return f"{self._session_id}-{next(self._ack_ids)}"
 

@@ -109,7 +109,7 @@ def describe(protocol, now, detail=False):
         "messages_out": _delivered(client),
     }
     if detail:
-        row.update(_flows(glue))
+        row.update(glue.flows() if glue is not None else {})
         row["reading_paused"] = protocol.reading_paused
         row["profile"] = client.profile_name if client is not None else None
         row["queued_bytes"] = client.queued_bytes if client is not None else 0
@@ -135,17 +135,3 @@ def _delivered(client):
     if client is None:
         return 0
     return sum(stats.deliveries for stats in client.scheduler.stats())
-
-
-def _flows(glue):
-    """Producers, consumers and subscriptions, as far as the glue keeps them."""
-    held = getattr(glue, "_held", None)
-    if held is not None:        # AMQP: counted as links come and go
-        return {"consumers": held["egress"], "producers": held["ingress"],
-                "subscriptions": held["subscription"]}
-    subscriptions = getattr(glue, "subscriptions", None)
-    if subscriptions is not None:   # STOMP: one consumer per SUBSCRIBE
-        return {"consumers": len(subscriptions),
-                "producers": len(getattr(glue, "_producers", ())),
-                "subscriptions": len(subscriptions)}
-    return {}
