@@ -488,7 +488,6 @@ def build_broker(settings, reactor):
         protocols = settings[f"mqgate.{name}.protocols"]
         factory = _service_factory(name, protocols, **shared)
         _attach_pool(top, name, factory, settings, reactor)
-        _attach_registry(name, factory, connections)
         if transport == "tls":
             endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name),
                                        backlog=settings[f"mqgate.{name}.backlog"])
@@ -500,6 +499,7 @@ def build_broker(settings, reactor):
             registry=registry, entry=(transport, kind),
             details=_service_details(settings, name)))
         services[-1].setServiceParent(top)
+        _attach_registry(name, services[-1], connections)
         context.metrics.services[name] = services[-1]
     control.services = [portmapper, *services, *web_services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
@@ -691,14 +691,11 @@ def _attach_pool(top, name, factory, settings, reactor):
         inner.login_slots = slots
 
 
-def _attach_registry(name, factory, connections):
-    """List every connection of service C{name} in C{connections} (S11.1), and tell
-    each protocol factory what the admin's connection list calls it."""
-    for engine_factory in (getattr(factory, "factories", {}).values() or (factory,)):
+def _attach_registry(name, service, connections):
+    """List every connection of service C{name} in C{connections} (S11.1)."""
+    for engine_factory in service.engine_factories():
         engine_factory.registry = connections
         engine_factory.service_name = name
-        engine_factory.protocol_label = (
-            "STOMP" if isinstance(engine_factory, StompServerFactory) else "AMQP")
 
 
 def _service_details(settings, name):

@@ -234,7 +234,7 @@ def service_snapshot(context, name):
     if sources is None:
         raise KeyError(name)
     service = sources.services[name]
-    factories = _factories(service.factory)
+    factories = service.engine_factories()
     result = {
         "name": name,
         "connections": sources.connections.count(name),
@@ -250,19 +250,6 @@ def service_snapshot(context, name):
                       max_workers=stats["max_threads"],
                       connections_refused=stats["refused"])
     return result
-
-
-def _factories(factory):
-    # A service speaking several protocols on one port sniffs and hands each
-    # connection to the protocol's own factory, which counts it; the same factory may
-    # be listed under several first bytes (AMQP with and without SASL).
-    inner = getattr(factory, "factories", None)
-    candidates = list(inner.values()) if inner else [factory]
-    distinct = []
-    for candidate in candidates:
-        if hasattr(candidate, "opened") and candidate not in distinct:
-            distinct.append(candidate)
-    return distinct
 
 
 # -- egress, store, process ----------------------------------------------------------

@@ -48,6 +48,8 @@ class AmqpServerFactory(EngineFactory):
     @param audit: the audit trail for certificate logins (S4.8), or None.
     """
 
+    protocol_label = "AMQP"
+
     def __init__(self, *, settings, broker, authenticator, clock, flusher, glue_config,
                  container_id, allow_anonymous=True, header_timeout=None, egress=None,
                  login_policy=None, identities=None, audit=None):

@@ -20,18 +20,6 @@ class PingService(IntervalService):
 
     def ping_all(self):
         for service in self.services:
-            for protocol in _connections(service.factory):
-                protocol.ping()
-
-
-def _connections(factory):
-    """The live engine protocols of a service's factory (sniffing factories hold several)."""
-    inner = getattr(factory, "factories", None)
-    if inner is not None:
-        seen = set()
-        for each in inner.values():
-            if id(each) not in seen:
-                seen.add(id(each))
-                yield from list(getattr(each, "connections", ()))
-    else:
-        yield from list(getattr(factory, "connections", ()))
+            for factory in service.engine_factories():
+                for protocol in list(factory.connections):
+                    protocol.ping()

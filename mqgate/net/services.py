@@ -86,8 +86,8 @@ class ConnectionService(service.Service):
 
     def engine_factories(self):
         """The engine factories behind the port (one per protocol; the sniffer's)."""
-        inner = getattr(self.factory, "factories", None)
-        factories = list(dict.fromkeys(inner.values())) if inner else [self.factory]
+        inner = getattr(self.factory, "inner_factories", None)
+        factories = inner() if inner is not None else [self.factory]
         return [f for f in factories if hasattr(f, "connections")]
 
     def pause(self):

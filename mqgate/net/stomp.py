@@ -42,6 +42,7 @@ class StompServerFactory(EngineFactory):
         policy refuses (S4.8), or None.
     """
 
+    protocol_label = "STOMP"
     # A STOMP server may send ERROR at any time: a refused client hears why at once.
     speaks_first = True
     event_budget = EVENT_BUDGET

@@ -221,23 +221,23 @@ class PortUnificationFactory(Factory):
         """A sniffing L{PortUnificationProtocol}."""
         return PortUnificationProtocol(self, addr)
 
-    def _inner_factories(self):
+    def inner_factories(self):
         """Each inner factory once, in registration order."""
         return list({id(f): f for f in self.factories.values()}.values())
 
     def startFactory(self):
         """Start the inner factories: they listen through us."""
-        for factory in self._inner_factories():
+        for factory in self.inner_factories():
             factory.doStart()
 
     def stopFactory(self):
         """Stop the inner factories."""
-        for factory in self._inner_factories():
+        for factory in self.inner_factories():
             factory.doStop()
 
     def shutdown(self):
         """Call C{shutdown()} on every inner factory that has one (orderly stop, S0.4)."""
-        for factory in self._inner_factories():
+        for factory in self.inner_factories():
             shutdown = getattr(factory, "shutdown", None)
             if shutdown is not None:
                 shutdown()
