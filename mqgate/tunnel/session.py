@@ -123,27 +123,47 @@ class TunnelSession:
         now = self._clock.seconds() if now is None else now
         if self._update_owed or self._can_send_new():
             return True
-        return any(sent is None or now - sent >= self.rto
-                   for _packet, sent in self._unacked.values())
+        return any(True for _ in self._due(now))
 
     def next_deadline(self):
         """When the oldest unacknowledged packet is due again, or None."""
         times = [sent for _packet, sent in self._unacked.values() if sent is not None]
         return min(times) + self.rto if times else None
 
-    def outgoing(self):
+    def outgoing(self, max_bytes=None):
         """The packets to send now: an ACK first, then the unacknowledged packets that
-        are due again, then new ones as far as the window allows."""
+        are due again, then new ones as far as the window allows; no more than
+        C{max_bytes} bytes of them on the wire (the ACK and one packet always fit).
+        What does not fit stays due for the next call."""
         now = self._clock.seconds()
         out = [self.ack()]
-        for entry in self._unacked.values():
-            if entry[1] is None or now - entry[1] >= self.rto:
-                self.resent += 1
-                entry[1] = now
-                out.append(entry[0])
+        room = float("inf") if max_bytes is None else max_bytes - p.HEADER_SIZE
+        for entry in self._due(now):
+            size = p.HEADER_SIZE + len(entry[0].body)
+            if size > room and len(out) > 1:
+                return out
+            room -= size
+            self.resent += 1
+            entry[1] = now
+            out.append(entry[0])
         while self._can_send_new():
+            size = p.HEADER_SIZE + min(len(self._unsent), self.max_body)
+            if size > room and len(out) > 1:
+                break
+            room -= size
             out.append(self._packetise(now))
         return out
+
+    def _due(self, now):
+        """The unacknowledged entries to send again now: marked by L{resend_all} or
+        unacknowledged for L{rto}, and within the room the peer last advertised (a
+        peer whose buffer is full would only drop them again)."""
+        last = self._acked + min(self.window, self._peer_window)
+        for seq, entry in self._unacked.items():
+            if seq > last:
+                break
+            if entry[1] is None or now - entry[1] >= self.rto:
+                yield entry
 
     def _in_flight(self):
         return self._next_seq - 1 - self._acked

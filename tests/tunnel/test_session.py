@@ -173,3 +173,24 @@ def test_a_lossy_link_loses_and_duplicates_nothing():
             break
     assert bytes(got) == payload
     assert b.duplicates > 0 and a.resent > 0
+
+
+def test_a_batch_can_be_capped_in_bytes():
+    """outgoing(max_bytes) stops before the cap; the rest comes with the next call."""
+    clock, (a, b) = pair(window=8)
+    a.write(b"q" * 500)
+    first = a.outgoing(max_bytes=24 + 2 * 124)
+    assert [q.seq for q in data_of(first)] == [1, 2]
+    assert [q.seq for q in data_of(a.outgoing())] == [3, 4, 5]
+
+
+def test_no_resend_into_a_full_receiver():
+    """Packets the peer has no room for are not sent again until it advertises room."""
+    clock, (a, b) = pair(window=4)
+    a.write(b"w" * 400)
+    a.outgoing()
+    a.receive([p.Packet(p.ACK, 1, 0, 0)])   # nothing taken, no room
+    a.resend_all()
+    assert not a.has_outgoing()
+    a.receive([p.Packet(p.ACK, 1, 0, 4)])
+    assert len(data_of(a.outgoing())) == 4
