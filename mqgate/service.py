@@ -47,6 +47,7 @@ from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
+from mqgate.net.tunnel import PATHS as TUNNEL_PATHS, TunnelResource
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.access_control import (
@@ -548,7 +549,9 @@ def _gateway_service(name, top, registry, **shared):
     endpoint = web_endpoint(reactor, transport, host, port,
                             backlog=settings[f"mqgate.{name}.backlog"], tls_context=tls)
     return gateway_service(
-        name, reactor, endpoint, gateway_root(_gateway_children(name, factory, settings)),
+        name, reactor, endpoint,
+        gateway_root({**_gateway_children(name, factory, settings),
+                      **_tunnel_children(name, factory, settings, reactor)}),
         factory, transport=transport, registry=registry,
         timeout=settings[f"mqgate.{name}.idle_timeout"],
         max_body=settings[f"mqgate.{name}.max_body_size"],
@@ -559,6 +562,17 @@ def _gateway_service(name, top, registry, **shared):
 def _gateway_children(name, factory, settings):
     """The carriers of gateway service C{name}: C{{path: resource}}."""
     return {}
+
+
+def _tunnel_children(name, factory, settings, reactor):
+    """The HTTP tunnel of gateway service C{name} (S10.3), at its own path and at the
+    source system's: one resource, so a connection id is known at both."""
+    _kind, transport = SERVICES[name]
+    tunnel = TunnelResource(
+        factory, reactor, service_name=name,
+        pull_period=settings[f"mqgate.{name}.{transport}.pullPeriod"],
+        connection_timeout=settings[f"mqgate.{name}.{transport}.connectionTimeout"])
+    return {path: tunnel for path in TUNNEL_PATHS}
 
 
 def _access_control(settings, reactor, reloadables, audit, top):

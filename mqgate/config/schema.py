@@ -492,6 +492,18 @@ KEYS = (
               f"Most workers of the {service} service (dedicated admits max_threads/2 "
               "connections)."),
           *_login_rows(service))),
+    # -- the HTTP tunnel on httpjms and httpsjms (S10.3, FACTS 1.2; mqgate.net.tunnel) --
+    *(row for service, protocol in (("httpjms", "http"), ("httpsjms", "https"))
+      for row in (
+          Key(f"mqgate.{service}.{protocol}.pullPeriod", Seconds(1, 60), "30",
+              f"Seconds the {service} service holds a tunnel client's pull request when "
+              "it has nothing to send (a long poll), at most 60; the client sends the "
+              "next pull as soon as one is answered."),
+          Key(f"mqgate.{service}.{protocol}.connectionTimeout", Seconds(1, 86400), "60",
+              f"Seconds a tunnel connection of the {service} service may go without a "
+              "pull before the broker closes it and returns its unacknowledged "
+              "deliveries to their queues."),
+      )),
     # -- thread pools (S1.6; defaults of FACTS 1.7, the stomp service takes jms's) ----
     *(row for service, low, high in (("jms", 10, 1000), ("admin", 4, 10),
                                      ("ssljms", 10, 500), ("ssladmin", 4, 10),
