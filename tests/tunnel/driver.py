@@ -147,8 +147,8 @@ class Driver(Protocol):
 
     def check_done(self):
         o = self.o
-        if self.done.called or self.abandoned:
-            return
+        if self.done.called or o.abandon:
+            return   # an abandoning client never finishes: it is killed
         if self.settled >= o.send and len(self.received) >= o.receive:
             seconds = time.perf_counter() - (self.started or time.perf_counter())
             expected = set(range(o.receive)) if o.receive else set()
