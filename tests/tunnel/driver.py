@@ -57,6 +57,8 @@ class Driver(Protocol):
         self.started = None
         self.abandoned = False
         self.unsettled_taken = 0
+        self.first_sent = self.first_received = self.last_received = None
+        self.last_settled = None
 
     def connectionMade(self):
         self.engine = Connection(server=False, container_id="tunnel-driver",
@@ -106,6 +108,8 @@ class Driver(Protocol):
                 self.started = time.perf_counter()
                 emit(event="ready")
         elif isinstance(event, MessageReceived):
+            self.last_received = time.perf_counter()
+            self.first_received = self.first_received or self.last_received
             found = _ID.search(event.payload)
             key = int(found.group(1)) if found else -1
             self.received[key] = self.received.get(key, 0) + 1
@@ -122,6 +126,7 @@ class Driver(Protocol):
                 self.receiver.flow(o.credit)
         elif isinstance(event, DeliveriesSettled):
             self.settled += len(event.deliveries)
+            self.last_settled = time.perf_counter()
             self.progress()
         elif isinstance(event, (ConnectionClosed, LinkDetached)) and event.error:
             self.fail(f"{type(event).__name__}: {event.error}")
@@ -131,6 +136,7 @@ class Driver(Protocol):
         if not link or self.sent >= o.send:
             self.check_done()
             return
+        self.first_sent = self.first_sent or time.perf_counter()
         while link.credit > 0 and self.sent < o.send and self.sent - self.settled < o.credit:
             body = b"ID:%d|" % self.sent
             link.send(encode_message(body + b"x" * max(0, o.size - len(body))),
@@ -159,6 +165,10 @@ class Driver(Protocol):
                           duplicates=sorted(k for k, n in self.received.items()
                                             if n > 1)[:20],
                           seconds=round(seconds, 3),
+                          send_per_s=_rate(self.settled, self.first_sent,
+                                           self.last_settled),
+                          receive_per_s=_rate(len(self.received), self.first_received,
+                                              self.last_received),
                           msgs_per_s=round((self.settled + len(self.received))
                                            / seconds) if seconds else None)
             self.engine.close()
@@ -172,6 +182,13 @@ class Driver(Protocol):
     def connectionLost(self, reason):
         if not self.done.called and not self.abandoned:
             self.done.errback(RuntimeError(f"connection lost: {reason.getErrorMessage()}"))
+
+
+def _rate(count, first, last):
+    """Messages a second between the first and the last, or None."""
+    if not count or first is None or last is None or last <= first:
+        return None
+    return round(count / (last - first))
 
 
 def parse_args(argv):
