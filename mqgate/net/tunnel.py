@@ -8,13 +8,16 @@ Every request is C{GET} or C{POST} on the tunnel's path (C{/tunnel}, and the sou
 system's C{/imqhttp/tunnel}) with a query C{Type}:
 
 - C{Type=connect}: a new tunnel connection. The body may hold a CONN_INIT packet. The
-  answer is a CONN_INIT_ACK packet with the new connection id, then two CONN_OPTION
-  packets: the pull period and the connection timeout, in seconds. The broker-side
+  answer is a CONN_INIT_ACK packet with the new connection id and, as its body, the
+  connection's secret token; then two CONN_OPTION packets: the pull period and the
+  connection timeout, in seconds. Every later request names the connection with
+  C{ConnId=N&Token=T}: the id alone (31 bits) could be guessed, and whoever knows it
+  could read another client's stream. The broker-side
   protocol is built at once from the service's own factory (AMQP or STOMP, told from
   the first bytes, as on a socket) through a L{VirtualTransport}.
-- C{Type=push&ConnId=N}: the body is the client's packets (DATA, its ACK, CONN_CLOSE,
+- C{Type=push&ConnId=N&Token=T}: the body is the client's packets (DATA, its ACK, CONN_CLOSE,
   CONN_ABORT). The answer is our ACK.
-- C{Type=pull&ConnId=N}: the body may hold the client's ACK. The answer is every packet
+- C{Type=pull&ConnId=N&Token=T}: the body may hold the client's ACK. The answer is every packet
   we have for the client, at once; with nothing to send the request is held (a long
   poll) until there is, or for the pull period at most, then answered with our ACK.
   One pull is kept: a new one answers the one before. A pull also tells us that the
@@ -33,6 +36,7 @@ what the client sends while the protocol does not read stays in the session, whi
 advertises the room left, so that the client stops.
 """
 
+import hmac
 import secrets
 
 from twisted.internet import error
@@ -53,6 +57,8 @@ __all__ = ["TunnelResource", "TunnelConnection", "MAX_PULL_PERIOD", "PATHS"]
 MAX_PULL_PERIOD = 60
 #: Where the tunnel is served under a gateway service: ours and the source system's.
 PATHS = ("tunnel", "imqhttp/tunnel")
+#: Seconds the broker waits for the client to acknowledge its close.
+CLOSE_WAIT = 10.0
 #: Packets in one request at most: a full window and its control packets.
 _MAX_PACKETS = 256
 _OCTETS = b"application/octet-stream"
@@ -69,6 +75,7 @@ class TunnelConnection:
     def __init__(self, resource, conn_id, clock, *, pull_period, timeout, window):
         self._resource = resource
         self.conn_id = conn_id
+        self.token = secrets.token_urlsafe(24)
         self._clock = clock
         self._pull_period = pull_period
         self._timeout = timeout
@@ -84,6 +91,7 @@ class TunnelConnection:
         self._expiry_call = None
         self._reading_paused = False
         self._closing = False
+        self._close_call = None
         self._gone = False
 
     # -- the carrier's side of the VirtualTransport ----------------------------------
@@ -105,6 +113,11 @@ class TunnelConnection:
         self._closing = True
         self.session.close()
         self._wake()
+        # A client with a pull held acknowledges the close within a round trip; one
+        # that does not is not waited for the whole connection timeout.
+        self._close_call = self._clock.callLater(
+            CLOSE_WAIT, self._end, Failure(error.ConnectionLost(
+                "the client did not acknowledge the close")))
 
     def pause_reading(self):
         """The protocol reads no more for now: what comes stays in the session."""
@@ -225,9 +238,10 @@ class TunnelConnection:
         if self._gone:
             return
         self._gone = True
-        if self._expiry_call is not None and self._expiry_call.active():
-            self._expiry_call.cancel()
-        self._expiry_call = None
+        for call in (self._expiry_call, self._close_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._expiry_call = self._close_call = None
         request, self._pull = self._pull, None
         self._cancel_calls()
         if request is not None:
@@ -320,7 +334,8 @@ class TunnelResource(Resource):
         request.setHeader(b"content-type", _OCTETS)
         request.setHeader(b"cache-control", b"no-store")
         return p.encode_all([
-            p.Packet(p.CONN_INIT_ACK, conn_id, window=self.window),
+            p.Packet(p.CONN_INIT_ACK, conn_id, window=self.window,
+                     body=connection.token.encode("ascii")),
             p.option(conn_id, p.OPTION_PULL_PERIOD, self.pull_period),
             p.option(conn_id, p.OPTION_CONNECTION_TIMEOUT, self.connection_timeout)])
 
@@ -353,7 +368,11 @@ class TunnelResource(Resource):
             return None, _error(request, 400, f"packets of another connection than "
                                               f"ConnId={conn_id}")
         connection = self.connections.get(conn_id)
-        if connection is None:
+        token = _arg(request, b"Token") or ""
+        if connection is None or not hmac.compare_digest(
+                token.encode("utf-8"), connection.token.encode("ascii")):
+            # A wrong token is answered as an unknown id: nothing tells a guesser
+            # that the id exists.
             return None, _error(request, 404, f"no tunnel connection {conn_id} (closed, "
                                               "or timed out without a pull); connect "
                                               "again")

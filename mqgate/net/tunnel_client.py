@@ -162,8 +162,10 @@ class TunnelClientEndpoint:
         d.addErrback(self._connect_failed, pool)
         return d
 
-    def _request_url(self, kind, conn_id=None):
-        query = f"Type={kind}" + (f"&ConnId={conn_id}" if conn_id is not None else "")
+    def _request_url(self, kind, conn_id=None, token=None):
+        query = f"Type={kind}"
+        if conn_id is not None:
+            query += f"&ConnId={conn_id}&Token={urllib.parse.quote(token or '')}"
         return f"{self.url}?{query}".encode("ascii")
 
     def _read_answer(self, response, what):
@@ -190,7 +192,8 @@ class TunnelClientEndpoint:
             raise TunnelError(string=f"the tunnel at {self.url} refused the connection")
         options = dict(p.parse_option(q) for q in packets if q.type == p.CONN_OPTION)
         transport = _TunnelTransport(
-            self, agent, pool, init.conn_id, window=init.window or 64,
+            self, agent, pool, init.conn_id, init.body.decode("ascii", "replace"),
+            window=init.window or 64,
             pull_period=options.get(p.OPTION_PULL_PERIOD, 60),
             timeout=options.get(p.OPTION_CONNECTION_TIMEOUT, 60))
         address = HostnameAddress(self._parts.hostname.encode("idna"),
@@ -217,8 +220,10 @@ class _TunnelTransport:
     log = Logger()
     disconnecting = False
 
-    def __init__(self, endpoint, agent, pool, conn_id, *, window, pull_period, timeout):
+    def __init__(self, endpoint, agent, pool, conn_id, token, *, window, pull_period,
+                 timeout):
         self._endpoint = endpoint
+        self._token = token
         self._reactor = endpoint._reactor
         self._agent = agent
         self._pool = pool
@@ -303,8 +308,8 @@ class _TunnelTransport:
     # -- requests --------------------------------------------------------------------
 
     def _request(self, kind, body, timeout=PUSH_TIMEOUT):
-        d = self._agent.request(b"POST", self._endpoint._request_url(kind, self.conn_id),
-                                Headers(_HEADERS), _Body(body))
+        url = self._endpoint._request_url(kind, self.conn_id, self._token)
+        d = self._agent.request(b"POST", url, Headers(_HEADERS), _Body(body))
         d.addTimeout(timeout, self._reactor)
         d.addCallback(self._endpoint._read_answer, kind)
         return d
@@ -405,6 +410,10 @@ class _TunnelTransport:
         if self._lost:
             return
         if session.peer_closed:
+            if not session.peer_aborted:
+                # The broker waits for our ACK of its close: one try, not waited for.
+                self._request("push", p.encode(session.ack())).addErrback(
+                    lambda _f: None)
             self._connection_lost(Failure(
                 error.ConnectionLost("the broker aborted the connection")
                 if session.peer_aborted else error.ConnectionDone()))

@@ -34,11 +34,16 @@ def setup(pull_period=10, timeout=30):
     return clock, log, resource
 
 
-def call(resource, kind, body=b"", conn_id=None):
-    """Render one request; return C{(request, result)}."""
+def call(resource, kind, body=b"", conn_id=None, token=None):
+    """Render one request; return C{(request, result)}. The connection's own token is
+    sent unless C{token} says otherwise."""
     args = {b"Type": [kind.encode()]}
     if conn_id is not None:
         args[b"ConnId"] = [str(conn_id).encode()]
+        known = resource.connections.get(conn_id)
+        if token is None and known is not None:
+            token = known.token
+        args[b"Token"] = [(token or "").encode()]
     request = DummyRequest([b""])
     request.channel = DummyChannel()
     request.method = b"POST"
@@ -51,6 +56,7 @@ def connect(resource):
     request, body = call(resource, "connect", p.encode(p.Packet(p.CONN_INIT)))
     init = p.parse_all(body)[0]
     assert init.type == p.CONN_INIT_ACK
+    assert init.body.decode() == resource.connections[init.conn_id].token
     return init.conn_id
 
 
@@ -185,3 +191,21 @@ def test_output_beyond_the_window_pauses_the_protocol_until_acknowledged():
     assert len(sent) == 64 and flood.paused
     call(resource, "pull", p.encode(p.Packet(p.ACK, conn_id, 64, 64)), conn_id)
     assert not flood.paused
+
+
+def test_a_wrong_token_is_answered_as_an_unknown_connection():
+    """A push or pull with the right id but not its token gets 404 and reaches nothing."""
+    clock, log, resource = setup()
+    conn_id = connect(resource)
+    request, body = call(resource, "push", data(conn_id, 1, b"x"), conn_id, token="guess")
+    assert request.responseCode == 404 and log == []
+
+
+def test_a_close_the_client_never_acknowledges_ends_after_a_while():
+    """The broker's close is waited for CLOSE_WAIT seconds at most, not the whole
+    connection timeout."""
+    clock, log, resource = setup(timeout=300)
+    conn_id = connect(resource)
+    resource.connections[conn_id].transport.loseConnection()
+    clock.advance(10)
+    assert log[-1] == ("lost", "ConnectionLost") and conn_id not in resource.connections
