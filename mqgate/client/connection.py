@@ -119,7 +119,8 @@ def _error_of(error, default):
 
 def connect(urls, *, credentials=None, reactor=None, properties=None, client_id=None,
             ca_file=None, verify=True, server_name=None, proxy=None, origin=None,
-            idle_timeout=60.0, connect_timeout=CONNECT_TIMEOUT, **options):
+            idle_timeout=60.0, connect_timeout=CONNECT_TIMEOUT, endpoint_factory=None,
+            **options):
     """Connect to the first broker of C{urls} that answers; return a Deferred firing with
     the L{Connection}.
 
@@ -139,6 +140,9 @@ def connect(urls, *, credentials=None, reactor=None, properties=None, client_id=
     @param verify: False turns the certificate and host name checks off.
     @param server_name: check the certificate against this name rather than the host.
     @param proxy: the tunnel's HTTP proxy (default: C{http_proxy}/C{https_proxy}).
+    @param endpoint_factory: C{f(reactor, url, **endpoint_options)} returning a Deferred
+        of the endpoint that reaches C{url} (tests, other transports); by default
+        L{mqgate.client.endpoints.endpoint_for}.
     @raise UrlError: (at once) a URL or option that cannot be used.
     """
     if reactor is None:
@@ -152,7 +156,8 @@ def connect(urls, *, credentials=None, reactor=None, properties=None, client_id=
         options=options_from(properties, **options), client_id=client_id,
         endpoint_options=dict(ca_file=ca_file, verify=verify, server_name=server_name,
                               proxy=proxy, origin=origin, timeout=connect_timeout),
-        idle_timeout=idle_timeout, connect_timeout=connect_timeout)
+        idle_timeout=idle_timeout, connect_timeout=connect_timeout,
+        endpoint_factory=endpoint_factory)
     return connection._start()
 
 
@@ -165,7 +170,7 @@ class Connection:
 
     def __init__(self, reactor, addresses, *, credentials, options, client_id=None,
                  endpoint_options=None, idle_timeout=60.0,
-                 connect_timeout=CONNECT_TIMEOUT):
+                 connect_timeout=CONNECT_TIMEOUT, endpoint_factory=None):
         self.reactor = reactor
         self.addresses = addresses
         self.credentials = credentials
@@ -174,6 +179,7 @@ class Connection:
         self.endpoint_options = dict(endpoint_options or {})
         self.idle_timeout = idle_timeout
         self.connect_timeout = connect_timeout
+        self._endpoint_for = endpoint_factory or endpoint_for
         self.url = None
         self.reconnects = 0
         self.flow = ConnectionFlow(options.connection_flow_limit
@@ -239,7 +245,7 @@ class Connection:
     @defer.inlineCallbacks
     def _attempt(self, url):
         """Connect to C{url}, log in, begin the session, attach every link."""
-        endpoint = yield endpoint_for(self.reactor, url, **self.endpoint_options)
+        endpoint = yield self._endpoint_for(self.reactor, url, **self.endpoint_options)
         credentials = self._credentials_for(url)
         engine = Engine(server=False, container_id=self.client_id, credentials=credentials,
                         hostname=url.host, idle_timeout=self.idle_timeout)

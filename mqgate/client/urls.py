@@ -122,6 +122,8 @@ def parse_address_list(value):
 
     @raise UrlError: an empty list, or a URL that cannot be read.
     """
+    if isinstance(value, BrokerUrl):
+        return [value]
     if isinstance(value, str):
         items = [item for item in (part.strip() for part in value.split(",")) if item]
     else:
