@@ -66,15 +66,16 @@ def _in_reactor_thread():
     return threadable.isInIOThread()
 
 
-def _call(reactor, function, *args, timeout=None, **kwargs):
-    """Run C{function} on the reactor thread; wait for its (Deferred's) result."""
+def _call(where, function, *args, timeout=None, **kwargs):
+    """Run C{function} on the reactor C{where}'s thread; wait for its (Deferred's)
+    result, C{timeout} seconds at most."""
     def run():
         result = defer.maybeDeferred(function, *args, **kwargs)
         if timeout is not None:
-            result.addTimeout(timeout, reactor)
+            result.addTimeout(timeout, where)
         return result
     try:
-        return threads.blockingCallFromThread(reactor, run)
+        return threads.blockingCallFromThread(where, run)
     except defer.TimeoutError:
         raise ClientError(f"no answer within {timeout:g} s") from None
 
@@ -126,8 +127,8 @@ class BlockingConnection:
 
     def request(self, address, body, timeout=10.0, **kwargs):
         """Send a request and wait for its reply (see L{mqgate.client.Connection.request})."""
-        reply = _call(self._reactor, self.connection.request, address, body,
-                      timeout=timeout, **kwargs)
+        reply = _call(self._reactor, self.connection.request, address, body, timeout,
+                      timeout=timeout + 5.0, **kwargs)
         return _blocking_message(self._reactor, reply)
 
     def close(self, timeout=10.0):

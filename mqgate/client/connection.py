@@ -545,6 +545,12 @@ class Connection:
         if self._protocol is None:
             self._finish_close()
             return self._closing
+        # What was consumed is settled before the close (after it the broker would
+        # not read the dispositions, and would deliver those messages again).
+        for link in self._links:
+            if isinstance(link, Receiver):
+                link._settle_lazy()
+        self.flush()
         self._protocol.engine.close()
         self.flush()
         return self._closing
@@ -883,8 +889,9 @@ class Receiver(_Link):
         self._consumed(delivery)
 
     def _hand_over(self, waiting, message):
-        waiting.callback(message)
+        # Settled first: the waiter may close the connection as soon as it has it.
         self._consumed(message._delivery)
+        waiting.callback(message)
 
     def _consumed(self, delivery):
         """The application has the message: settle it as the ack mode says."""

@@ -320,3 +320,16 @@ def test_close_detaches_nothing_left_waiting():
     closing = connection.close()
     pump(endpoint.broker)
     assert result(closing) is None and not connection.connected
+
+
+def test_a_message_handed_over_is_settled_before_a_close_it_triggers():
+    """AUTO: a get() waiter that closes the connection at once still has its message
+    settled (the disposition goes before the close, not after it)."""
+    _clock, endpoint, connection = opened()
+    receiver = connection.receiver("q")
+    pump(endpoint.broker)
+    waiting = receiver.get()
+    waiting.addCallback(lambda _message: connection.close())
+    endpoint.broker.deliver(receiver.name, encode_message("last"))
+    pump(endpoint.broker)
+    assert [type(state) for _, state in endpoint.broker.outcomes] == [Accepted]
