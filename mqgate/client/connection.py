@@ -358,8 +358,8 @@ class Connection:
         self._protocol = self._engine = None
         self._session = None
         if self._opening is not None:
-            self._fail_opening(self._close_error or ConnectError(
-                f"the connection was lost while logging in: {reason.getErrorMessage()}"))
+            self._fail_opening(self._close_error or ConnectError(_lost_while_opening(
+                reason)))
             return
         self._unacked.clear()
         for link in self._links:
@@ -576,6 +576,18 @@ _HANDLERS = {
     MessageReceived: Connection._on_message,
     DeliveriesSettled: Connection._on_settled,
 }
+
+
+def _lost_while_opening(reason):
+    """Why a connection went before it was open, in words that say what to do."""
+    from OpenSSL import SSL
+    from service_identity import VerificationError
+    if reason.check(SSL.Error, VerificationError):
+        return (f"the broker's TLS certificate was not accepted "
+                f"({reason.getErrorMessage()}); give the CA that signed it (ca_file, "
+                "--ca-file), the name it was made for (server_name, --server-name), or "
+                "turn verification off explicitly (verify=False, --no-verify)")
+    return f"the connection was lost while logging in: {reason.getErrorMessage()}"
 
 
 def _sleep(reactor, seconds):
