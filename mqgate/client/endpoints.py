@@ -12,7 +12,7 @@ C{mqgate.ws.client}); they are imported here only when such a URL is used, so th
 library works without them for everything else.
 """
 
-import urllib.request
+import importlib
 
 from twisted.internet import defer, ssl
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
@@ -119,22 +119,14 @@ def lookup_service(reactor, url, timeout=CONNECT_TIMEOUT):
                    f"{url.service!r} (running: {running})")
 
 
-def _proxy_for(url):
-    """The HTTP proxy the standard variables (C{http_proxy}, C{https_proxy},
-    C{no_proxy}) name for C{url}, or None."""
-    if urllib.request.proxy_bypass(url.host):
-        return None
-    scheme = "https" if url.scheme in ("https", "wss") else "http"
-    return urllib.request.getproxies().get(scheme)
-
-
 @defer.inlineCallbacks
 def endpoint_for(reactor, url, *, ca_file=None, verify=True, server_name=None,
                  proxy=None, origin=None, timeout=CONNECT_TIMEOUT):
     """The client endpoint that reaches C{url} (a L{BrokerUrl} or its text).
 
-    @param proxy: the HTTP proxy for the tunnel (C{http://host:port}); by default the
-        one C{http_proxy}/C{https_proxy} name; C{False} for none.
+    @param proxy: the HTTP proxy for the tunnel (C{http://host:port}); None: the one
+        C{http_proxy}/C{https_proxy} name (the tunnel endpoint reads them); C{""} for
+        none.
     @param origin: the Origin a WebSocket handshake presents, or None.
     @return: a Deferred firing with an C{IStreamClientEndpoint}.
     @raise UrlError: a URL the library cannot use, or a port mapper that does not know
@@ -162,20 +154,28 @@ def endpoint_for(reactor, url, *, ca_file=None, verify=True, server_name=None,
                        f"{entry.protocol}; mq:// reaches tcp and tls services (use its "
                        f"http(s):// or ws(s):// URL)")
     if url.scheme in ("http", "https"):
+        endpoint_class = _find("TunnelClientEndpoint", _TUNNEL_MODULES, url,
+                               "the HTTP tunnel client")
+        return endpoint_class(reactor, url.url, proxy=proxy, tls_context=tls)
+    endpoint_class = _find("WebSocketClientEndpoint", _WS_MODULES, url,
+                           "the WebSocket client")
+    return endpoint_class(reactor, url.url, subprotocol="amqp", tls_context=tls,
+                          origin=origin)
+
+
+#: Where the tunnel's and WebSocket's client endpoints may live (the first found wins).
+_TUNNEL_MODULES = ("mqgate.tunnel.client", "mqgate.net.tunnel_client")
+_WS_MODULES = ("mqgate.ws.client", "mqgate.net.ws_client")
+
+
+def _find(name, modules, url, what):
+    """The endpoint class C{name} from the first of C{modules} that has it."""
+    for module_name in modules:
         try:
-            from mqgate.tunnel.client import TunnelClientEndpoint
+            module = importlib.import_module(module_name)
         except ImportError:
-            raise UrlError(f"{url.scheme}:// URLs need the HTTP tunnel client "
-                           "(mqgate.tunnel.client), which this installation lacks; use "
-                           "amqp:// or amqps://") from None
-        if proxy is None:
-            proxy = _proxy_for(url)
-        return TunnelClientEndpoint(reactor, url.url, proxy=proxy or None, tls_context=tls)
-    try:
-        from mqgate.ws.client import WebSocketClientEndpoint
-    except ImportError:
-        raise UrlError(f"{url.scheme}:// URLs need the WebSocket client "
-                       "(mqgate.ws.client), which this installation lacks; use amqp:// "
-                       "or amqps://") from None
-    return WebSocketClientEndpoint(reactor, url.url, subprotocol="amqp", tls_context=tls,
-                                   origin=origin)
+            continue
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise UrlError(f"{url.scheme}:// URLs need {what} ({modules[0]}), which this "
+                   "installation lacks; use amqp:// or amqps://")
