@@ -215,7 +215,7 @@ class Connection:
     @defer.inlineCallbacks
     def _walk(self, schedule, what):
         """Try the addresses of C{schedule} in turn until one connects."""
-        reasons = []
+        reasons = collections.deque(maxlen=len(self.addresses))   # the last round's
         for url, delay in schedule:
             if self._closed:
                 raise ConnectionLostError("the connection was closed")
@@ -232,7 +232,7 @@ class Connection:
                 continue
             self._index = self.addresses.index(url)
             return
-        raise ConnectError(f"cannot {what}: " + "; ".join(reasons[-len(self.addresses):])
+        raise ConnectError(f"cannot {what}: " + "; ".join(reasons)
                            if reasons else f"cannot {what}: no address to try")
 
     def _credentials_for(self, url):

@@ -19,14 +19,21 @@ from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.protocol import Factory, Protocol
 
 from mqgate.client.urls import BrokerUrl, UrlError, parse_url
+from mqgate.errors import MqgateError
 from mqgate.portmap.table import PortMapperError, parse_table, table_complete
 
-__all__ = ["endpoint_for", "tls_creator", "lookup_service", "PortMapperLookup"]
+__all__ = ["endpoint_for", "tls_creator", "lookup_service", "PortMapperLookup",
+           "LookupFailed"]
 
 #: A port mapper table is a few lines; anything longer is not one.
 MAX_TABLE = 64 * 1024
 #: Seconds to wait for a TCP connection, the port mapper's answer included.
 CONNECT_TIMEOUT = 10.0
+
+
+class LookupFailed(MqgateError):
+    """The port mapper could not be asked, or does not know the service: this address
+    failed (the next one of a list may do)."""
 
 
 def _read_ca_file(path):
@@ -85,7 +92,7 @@ class PortMapperLookup(Protocol):
         try:
             table = parse_table(bytes(self._data[:MAX_TABLE]))
         except PortMapperError as e:
-            self.result.errback(UrlError(f"the port mapper's answer cannot be read: "
+            self.result.errback(LookupFailed(f"the port mapper's answer cannot be read: "
                                          f"{e.description}"))
             return
         self.result.callback(table)
@@ -96,13 +103,13 @@ def lookup_service(reactor, url, timeout=CONNECT_TIMEOUT):
     """Ask the port mapper of C{url} (an C{mq:} L{BrokerUrl}) for its service.
 
     @return: a Deferred firing with the L{ServiceEntry}.
-    @raise UrlError: no port mapper there, or no such service.
+    @raise LookupFailed: no port mapper there, or no such service.
     """
     endpoint = HostnameEndpoint(reactor, url.host, url.port, timeout=timeout)
     try:
         protocol = yield endpoint.connect(Factory.forProtocol(PortMapperLookup))
     except Exception as e:
-        raise UrlError(f"cannot reach the port mapper at {url.host}:{url.port} ({e}); "
+        raise LookupFailed(f"cannot reach the port mapper at {url.host}:{url.port} ({e}); "
                        "mq://HOST:PORT names the broker's port mapper, 7676 by default"
                        ) from None
     timer = reactor.callLater(timeout, protocol.transport.abortConnection)
@@ -115,7 +122,7 @@ def lookup_service(reactor, url, timeout=CONNECT_TIMEOUT):
         if entry.name == url.service:
             return entry
     running = ", ".join(e.name for e in entries) or "none"
-    raise UrlError(f"the broker at {url.host}:{url.port} runs no service "
+    raise LookupFailed(f"the broker at {url.host}:{url.port} runs no service "
                    f"{url.service!r} (running: {running})")
 
 
@@ -129,8 +136,8 @@ def endpoint_for(reactor, url, *, ca_file=None, verify=True, server_name=None,
         none.
     @param origin: the Origin a WebSocket handshake presents, or None.
     @return: a Deferred firing with an C{IStreamClientEndpoint}.
-    @raise UrlError: a URL the library cannot use, or a port mapper that does not know
-        the service.
+    @raise UrlError: a URL the library cannot use (whatever the broker does).
+    @raise LookupFailed: the port mapper cannot be asked, or does not know the service.
     """
     if not isinstance(url, BrokerUrl):
         url = parse_url(url)

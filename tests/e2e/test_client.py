@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from mqgate.client import CLIENT, DUPS_OK, AuthenticationError, LinkError, UrlError
+from mqgate.client import CLIENT, DUPS_OK, AuthenticationError, ConnectError, LinkError
 from mqgate.client.blocking import connect
 from tests.e2e.admin_cmd import cmd_json
 from tests.e2e.broker import REPO_ROOT, broker_environment
@@ -78,7 +78,7 @@ def test_mq_url_finds_the_service_through_the_port_mapper(broker):
         connection.sender(name).send("via the port mapper")
         assert connection.receiver(name).receive(timeout=TIMEOUT).body == \
             "via the port mapper"
-    with pytest.raises(UrlError, match="no service 'nosuch'.*jms"):
+    with pytest.raises(ConnectError, match="no service 'nosuch'.*jms"):
         connect(f"mq://127.0.0.1:{portmapper}/nosuch", credentials=ADMIN)
 
 
