@@ -31,7 +31,7 @@ INSTALL_STAMP = $(VENV)/.mqgate-install
 TEST_STAMP    = $(VENV)/.mqgate-install-test
 PACKAGING     = setup.cfg pyproject.toml
 
-.PHONY: venv install install-test postgres-server ldap-server run test bench node-bench fuzz clean
+.PHONY: venv install install-test postgres-server ldap-server proxy-server run test bench node-bench fuzz clean
 
 venv: $(PY)
 
@@ -45,7 +45,8 @@ $(INSTALL_STAMP): $(PY) $(PACKAGING)
 	$(PIP) install $(EDITABLE_MODE) -e .
 	touch $@
 
-install-test: $(TEST_STAMP)
+# The e2e tests' HTTP proxy comes with the test install (proxy-server, below).
+install-test: $(TEST_STAMP) proxy-server
 
 # The test extra is a superset of the plain install, so it satisfies both stamps.
 $(TEST_STAMP): $(PY) $(PACKAGING)
@@ -113,9 +114,37 @@ ldap-server:
 	       "make test MQGATE_REQUIRE_SLAPD=0 to skip them." >&2; \
 	fi
 
+# S10.3: the HTTP tunnel's e2e tests run a throw-away HTTP proxy (tests/e2e/proxy.py)
+# from Debian's tinyproxy package, so `make test` installs it when it is missing. Its
+# postinst would start a system tinyproxy on port 8888 where an init system runs: it is
+# stopped and kept from starting at boot; the tests never use it. Under make test a
+# missing tinyproxy fails its tests (MQGATE_REQUIRE_TINYPROXY=1); a machine without
+# root can run `make test MQGATE_REQUIRE_TINYPROXY=0` to skip them instead.
+MQGATE_REQUIRE_TINYPROXY ?= 1
+
+proxy-server:
+	@if command -v tinyproxy >/dev/null || [ -x /usr/bin/tinyproxy ]; then \
+	  exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing the HTTP proxy (Debian package tinyproxy) for the HTTP tunnel tests"; \
+	  apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tinyproxy && \
+	  { if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then \
+	      systemctl disable --now tinyproxy; \
+	    else \
+	      service tinyproxy stop 2>/dev/null; \
+	    fi; true; }; \
+	else \
+	  echo "*** tinyproxy is missing and cannot be installed here (needs root and apt-get):" \
+	       "the HTTP tunnel proxy tests will fail." >&2; \
+	  echo "*** Install the tinyproxy package, or run" \
+	       "make test MQGATE_REQUIRE_TINYPROXY=0 to skip them." >&2; \
+	fi
+
 test: install-test postgres-server ldap-server node-bench
 	MQGATE_REQUIRE_POSTGRES=$(MQGATE_REQUIRE_POSTGRES) \
-	  MQGATE_REQUIRE_SLAPD=$(MQGATE_REQUIRE_SLAPD) $(PY) -m pytest
+	  MQGATE_REQUIRE_SLAPD=$(MQGATE_REQUIRE_SLAPD) \
+	  MQGATE_REQUIRE_TINYPROXY=$(MQGATE_REQUIRE_TINYPROXY) $(PY) -m pytest
 
 # BENCH_ARGS go to bench/run.py, NODE_BENCH_ARGS to bench/run_node.py (e.g. a quick
 # run: make bench BENCH_ARGS='--messages 20000' NODE_BENCH_ARGS='--messages 20000 --seconds 3').

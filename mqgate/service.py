@@ -47,6 +47,7 @@ from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
+from mqgate.net.tunnel import PATHS as TUNNEL_PATHS, TunnelResource
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.access_control import (
@@ -64,6 +65,7 @@ from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
 from mqgate.store.factory import open_store
 from mqgate.web.admin import AdminApi, broker_health
+from mqgate.web.gateway import gateway_root, gateway_service
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
@@ -71,7 +73,8 @@ __all__ = ["build_broker", "BrokerService"]
 log = Logger(namespace="mqgate")
 
 # The services this version can run; the others of S1.1 come with their issues.
-_RUNNABLE = ("jms", "admin", "stomp", "ssljms", "ssladmin", "httpadmin", "httpsadmin")
+_RUNNABLE = ("jms", "admin", "stomp", "ssljms", "ssladmin", "httpadmin", "httpsadmin",
+             "httpjms", "httpsjms")
 
 
 class BrokerService(service.MultiService):
@@ -480,9 +483,16 @@ def build_broker(settings, reactor):
             log.warn("service {name} is not available in this version; skipped", name=name)
             continue
         kind, transport = SERVICES[name]
-        if transport in (HTTP, HTTPS):
+        if transport in (HTTP, HTTPS) and kind == "ADMIN":
             web_services.append(_admin_api_service(name, top, registry, **shared))
             web_services[-1].setServiceParent(top)
+            continue
+        if transport in (HTTP, HTTPS):
+            # WebSocket and the HTTP tunnel (S10.3): broker connections carried by HTTP.
+            services.append(_gateway_service(name, top, registry, **shared))
+            services[-1].setServiceParent(top)
+            _attach_registry(name, services[-1], connections)
+            context.metrics.services[name] = services[-1]
             continue
         host, port = settings.service_address(name)
         protocols = settings[f"mqgate.{name}.protocols"]
@@ -524,6 +534,45 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
         timeout=settings["mqgate.adminapi.idle_timeout"],
         max_body=settings["mqgate.adminapi.max_body_size"],
         max_connections=settings["mqgate.adminapi.max_connections"])
+
+
+def _gateway_service(name, top, registry, **shared):
+    """The HTTP gateway service C{name} (httpjms, httpsjms; S1.1, S10.3): its carriers
+    build their connections with the service's own protocol factory, pooled and
+    bounded as a socket service's are."""
+    settings, reactor = shared["settings"], shared["reactor"]
+    _kind, transport = SERVICES[name]
+    host, port = settings.service_address(name)
+    tls = _tls_context(settings, name) if transport == HTTPS else None
+    factory = _service_factory(name, settings[f"mqgate.{name}.protocols"], **shared)
+    _attach_pool(top, name, factory, settings, reactor)
+    endpoint = web_endpoint(reactor, transport, host, port,
+                            backlog=settings[f"mqgate.{name}.backlog"], tls_context=tls)
+    return gateway_service(
+        name, reactor, endpoint,
+        gateway_root({**_gateway_children(name, factory, settings),
+                      **_tunnel_children(name, factory, settings, reactor)}),
+        factory, transport=transport, registry=registry,
+        timeout=settings[f"mqgate.{name}.idle_timeout"],
+        max_body=settings[f"mqgate.{name}.max_body_size"],
+        max_connections=settings[f"mqgate.{name}.max_connections"],
+        details=_service_details(settings, name))
+
+
+def _gateway_children(name, factory, settings):
+    """The carriers of gateway service C{name}: C{{path: resource}}."""
+    return {}
+
+
+def _tunnel_children(name, factory, settings, reactor):
+    """The HTTP tunnel of gateway service C{name} (S10.3), at its own path and at the
+    source system's: one resource, so a connection id is known at both."""
+    _kind, transport = SERVICES[name]
+    tunnel = TunnelResource(
+        factory, reactor, service_name=name,
+        pull_period=settings[f"mqgate.{name}.{transport}.pullPeriod"],
+        connection_timeout=settings[f"mqgate.{name}.{transport}.connectionTimeout"])
+    return {path: tunnel for path in TUNNEL_PATHS}
 
 
 def _access_control(settings, reactor, reloadables, audit, top):
@@ -582,7 +631,7 @@ def _refuse_retired_keys(settings):
 def _login_policy(settings, name):
     """How clients of service C{name} may log in (S4.2, S4.7)."""
     kind, transport = SERVICES[name]
-    tls = transport == "tls"
+    tls = transport in ("tls", HTTPS)
     allow_anonymous = settings[f"mqgate.{name}.allow_anonymous"]
     allow_password = tls or settings[f"mqgate.{name}.sasl.plain.allow_cleartext"]
     if not (allow_password or allow_anonymous):

@@ -258,15 +258,15 @@ def test_existing_instance_directory_is_kept(tmp_path):
     assert os.path.exists(marker)
 
 
-def test_service_not_runnable_in_this_version_is_skipped_with_a_warning(tmp_path):
-    """A service in the active list that this version cannot run (httpjms) is skipped
-    with a warning; the others are built (S1.2)."""
-    top, _reactor, events = build(
+def test_http_gateway_service_is_built_with_both_engines(tmp_path):
+    """httpjms in the active list is built as a connection service whose (carried)
+    connections are AMQP or STOMP, told apart as on jms (S1.1, S10.3)."""
+    top, _reactor, _events = build(
         tmp_path, {"mqgate.service.activelist": "jms,httpjms,admin"})
-    assert sorted(children(top)) == ["admin", "jms"]
-    skipped = [e for e in warnings(events) if e.get("name") == "httpjms"]
-    assert len(skipped) == 1
-    assert "not available" in skipped[0]["log_format"]
+    assert sorted(children(top)) == ["admin", "httpjms", "jms"]
+    gateway = top.getServiceNamed("httpjms")
+    assert gateway.entry == ("http", "NORMAL")
+    assert sorted(f.protocol_label for f in gateway.engine_factories()) == ["AMQP", "STOMP"]
 
 
 @pytest.mark.parametrize("host, port, backlog, text", [

@@ -364,7 +364,7 @@ def _login_rows(service):
         f"mqgate.{service}.allow_anonymous", Bool(), "false",
         f"Let clients of the {service} service in as the guest user without credentials: "
         "the AMQP header without SASL, SASL ANONYMOUS, a STOMP CONNECT without login.")]
-    if SERVICES[service][1] == "tcp":
+    if SERVICES[service][1] in ("tcp", "http"):
         rows.append(Key(
             f"mqgate.{service}.sasl.plain.allow_cleartext", Bool(), "true",
             f"Accept passwords (SASL PLAIN, STOMP login/passcode) on the cleartext "
@@ -441,6 +441,69 @@ KEYS = (
     Key("mqgate.adminapi.max_connections", Int(1, 100000), "64",
         "HTTP admin API connections open at once at most, per service; one more is "
         "closed as soon as it is accepted."),
+    # -- the HTTP gateway services httpjms and httpsjms (S1.1, S10.3; mqgate.web.gateway):
+    # AMQP and STOMP carried by WebSocket and by the HTTP tunnel --
+    *(row for service, protocol in (("httpjms", "http"), ("httpsjms", "https"))
+      for row in (
+          Key(f"mqgate.{service}.{protocol}.port", _PORT, "0",
+              f"Port of the {service} service (WebSocket and the HTTP tunnel over "
+              f"{protocol.upper()}); 0 lets the OS choose one, published by the port "
+              "mapper."),
+          Key(f"mqgate.{service}.{protocol}.hostname", Text(), "",
+              f"Bind address of the {service} service; empty means mqgate.hostname."),
+          Key(f"mqgate.{service}.protocols", TextList(PROTOCOLS), "amqp,stomp",
+              f"Wire protocols the {service} service accepts inside its WebSocket and "
+              "tunnel connections, told apart by their first bytes."),
+          Key(f"mqgate.{service}.backlog", Int(1, 65535), "4096",
+              f"Connections the kernel holds for the {service} service until the broker "
+              "accepts them (the listen backlog)."),
+          Key(f"mqgate.{service}.max_connections", Int(1, 1000000), "10000",
+              f"HTTP connections open at once at most on the {service} service "
+              "(WebSocket connections included); one more is closed as soon as it is "
+              "accepted."),
+          Key(f"mqgate.{service}.idle_timeout", Seconds(1, 86400), "120",
+              f"Seconds an HTTP connection of the {service} service may stay idle "
+              "between requests before the broker closes it (a WebSocket connection is "
+              "watched by its pings instead)."),
+          Key(f"mqgate.{service}.max_body_size", Size(1024, 16 << 20), "64k",
+              f"Largest HTTP request body the {service} service accepts; a larger one is "
+              "refused with 413 before it is read."),
+          Key(f"mqgate.{service}.ws.path", Text(re.compile(r"/[A-Za-z0-9._~/-]*"),
+                                                "a path starting with /"), "/ws",
+              f"URL path of the WebSocket endpoint of the {service} service."),
+          Key(f"mqgate.{service}.ws.allowed_origins", TextList(), "",
+              f"Origins (scheme://host[:port], comma-separated, or *) whose pages may "
+              f"open WebSocket connections to the {service} service; empty means the "
+              "same origin only (the Origin's host and port equal the Host header). A "
+              "client that sends no Origin (not a browser) is always let in."),
+          Key(f"mqgate.{service}.ws.max_message_size", Size(512, 64 << 20), "1m",
+              f"Largest WebSocket message (and frame) the {service} service accepts; a "
+              "larger one closes the connection with status 1009."),
+          Key(f"mqgate.{service}.ws.ping_interval", Seconds(0, 86400), "30",
+              f"Seconds between WebSocket pings on the {service} service; a peer that "
+              "has not answered one within the next interval is dropped. 0: no pings."),
+          Key(f"mqgate.{service}.threadpool_model", Choice(("dedicated", "shared")),
+              "dedicated",
+              f"Thread-pool model of the {service} service's connections: dedicated or "
+              "shared, as for the jms service."),
+          Key(f"mqgate.{service}.min_threads", Int(0, 100000), "10",
+              f"Workers the {service} service keeps even when idle."),
+          Key(f"mqgate.{service}.max_threads", Int(1, 100000), "500",
+              f"Most workers of the {service} service (dedicated admits max_threads/2 "
+              "connections)."),
+          *_login_rows(service))),
+    # -- the HTTP tunnel on httpjms and httpsjms (S10.3, FACTS 1.2; mqgate.net.tunnel) --
+    *(row for service, protocol in (("httpjms", "http"), ("httpsjms", "https"))
+      for row in (
+          Key(f"mqgate.{service}.{protocol}.pullPeriod", Seconds(1, 60), "30",
+              f"Seconds the {service} service holds a tunnel client's pull request when "
+              "it has nothing to send (a long poll), at most 60; the client sends the "
+              "next pull as soon as one is answered."),
+          Key(f"mqgate.{service}.{protocol}.connectionTimeout", Seconds(1, 86400), "60",
+              f"Seconds a tunnel connection of the {service} service may go without a "
+              "pull before the broker closes it and returns its unacknowledged "
+              "deliveries to their queues."),
+      )),
     # -- thread pools (S1.6; defaults of FACTS 1.7, the stomp service takes jms's) ----
     *(row for service, low, high in (("jms", 10, 1000), ("admin", 4, 10),
                                      ("ssljms", 10, 500), ("ssladmin", 4, 10),

@@ -290,8 +290,9 @@ def test_service_address_falls_back_to_hostname():
     assert settings.service_address("jms") == ("0.0.0.0", 5672)
     assert settings.service_address("ssljms") == ("10.0.0.1", 5671)
     assert settings.portmapper_address() == ("0.0.0.0", 7676)
+    assert settings.service_address("httpjms") == ("0.0.0.0", 0)
     with pytest.raises(KeyError):
-        settings.service_address("httpjms")
+        settings.service_address("nosuch")
 
 
 def test_read_settings(tmp_path):

@@ -149,7 +149,7 @@ def test_port_and_define_last_wins(config):
 
 
 @pytest.mark.parametrize("argument, named", [
-    ("mqtt=1883", "'mqtt'"), ("httpjms=80", "'httpjms'"), ("5672", "'5672'"),
+    ("mqtt=1883", "'mqtt'"), ("wsjms=80", "'wsjms'"), ("5672", "'5672'"),
 ])
 def test_bad_port_service_is_usage_error(config, argument, named):
     """--port with an unknown service (or no '=') is a UsageError naming it."""
