@@ -126,7 +126,7 @@ class BlockingConnection:
         return make(*args, **kwargs).ready
 
     def request(self, address, body, timeout=10.0, **kwargs):
-        """Send a request and wait for its reply (see L{mqgate.client.Connection.request})."""
+        """Send a request and wait for its reply (L{mqgate.client.Connection.request})."""
         reply = _call(self._reactor, self.connection.request, address, body, timeout,
                       timeout=timeout + 5.0, **kwargs)
         return _blocking_message(self._reactor, reply)

@@ -5,8 +5,8 @@ schedule is tested without a clock or a socket.
 The first connection tries each address of the list once, in order, without waiting:
 the first that answers wins (failover at start-up). After a connection breaks, with
 reconnection enabled, the client goes round the list again, first the address it had
-lost, then the ones after it (wrapping round to the start), C{attempts} rounds (-1: no end), waiting
-C{interval} seconds before each round.
+lost, then the ones after it (wrapping round to the start), C{attempts} rounds (-1: no
+end), waiting C{interval} seconds before each round.
 """
 
 __all__ = ["first_connection", "after_break"]

@@ -7,7 +7,7 @@ import pytest
 from mqgate.amqp.message import Properties, encode_message
 from mqgate.amqp.performatives import Accepted, Error, Modified, Rejected
 from mqgate.client import (
-    AUTO, CLIENT, DUPS_OK, AuthenticationError, ConnectError, ConnectionLostError,
+    CLIENT, DUPS_OK, AuthenticationError, ConnectError, ConnectionLostError,
     LinkError, SendError, connect,
 )
 from mqgate.client.connection import DUPS_OK_DELAY
