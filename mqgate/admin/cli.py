@@ -6,6 +6,8 @@ The ``mqgate`` command: tools an operator runs beside the broker.
     mqgate dbmgr       create, delete, recreate or reset the SQL store's tables (S3.5)
     mqgate usermgr     add, delete, update and list the users of the repository (S4.3)
     mqgate init-config write the shipped configuration, commented, for an operator to edit
+    mqgate send        send messages to a queue or topic (the client library, S6.1)
+    mqgate receive     receive and print messages from a queue or topic
 
 Each tool reads the same configuration as the broker (``--config``, ``--varhome``,
 ``--instance``, ``-D key=value``), so it finds the same instance directory.
@@ -18,6 +20,7 @@ import sys
 from mqgate.admin.cmd import add_parser as add_cmd_parser
 from mqgate.admin.dbmgr import register as add_dbmgr_parser
 from mqgate.admin.usermgr import register as add_usermgr_parser
+from mqgate.client.cli import register as add_client_parsers
 from mqgate.config import read_settings, shipped_properties, shipped_settings
 from mqgate.errors import ConfigError
 from mqgate.security.keytool import create_keystore
@@ -135,6 +138,7 @@ def main(argv=None):
     add_cmd_parser(commands, _common, _settings)
     add_dbmgr_parser(commands, _common, _settings)
     add_usermgr_parser(commands, _common, _settings)
+    add_client_parsers(commands)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
