@@ -12,14 +12,15 @@ system's C{/imqhttp/tunnel}) with a query C{Type}:
   connection's secret token; then two CONN_OPTION packets: the pull period and the
   connection timeout, in seconds. Every later request names the connection with
   C{ConnId=N&Token=T}: the id alone (31 bits) could be guessed, and whoever knows it
-  could read another client's stream. The broker-side
-  protocol is built at once from the service's own factory (AMQP or STOMP, told from
-  the first bytes, as on a socket) through a L{VirtualTransport}.
-- C{Type=push&ConnId=N&Token=T}: the body is the client's packets (DATA, its ACK, CONN_CLOSE,
-  CONN_ABORT). The answer is our ACK.
-- C{Type=pull&ConnId=N&Token=T}: the body may hold the client's ACK. The answer is every packet
-  we have for the client, at once; with nothing to send the request is held (a long
-  poll) until there is, or for the pull period at most, then answered with our ACK.
+  could read another client's stream. The broker-side protocol is built at once from
+  the service's own factory (AMQP or STOMP, told from the first bytes, as on a socket)
+  through a L{VirtualTransport}.
+- C{Type=push&ConnId=N&Token=T}: the body is the client's packets (DATA, its ACK,
+  CONN_CLOSE, CONN_ABORT). The answer is our ACK.
+- C{Type=pull&ConnId=N&Token=T}: the body may hold the client's ACK. The answer is
+  every packet we have for the client, at once; with nothing to send the request is
+  held (a long poll) until there is, or for the pull period at most, then answered
+  with our ACK.
   One pull is kept: a new one answers the one before. A pull also tells us that the
   answer to the one before arrived or was lost, so what it does not acknowledge is
   sent again (L{TunnelSession.resend_all}).

@@ -42,7 +42,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import (
-    Agent, ResponseNeverReceived, RequestNotSent, BrowserLikePolicyForHTTPS, HTTPConnectionPool, ProxyAgent, readBody)
+    Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool, ProxyAgent, RequestNotSent,
+    ResponseNeverReceived, readBody)
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer, IPolicyForHTTPS
 from zope.interface import implementer

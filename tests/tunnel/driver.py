@@ -1,7 +1,7 @@
 """An AMQP client on mqgate's own engine over the HTTP tunnel, as a subprocess.
 
-The e2e tests (tests/e2e/test_tunnel.py) and the tunnel benchmark (bench/tunnel_throughput.py)
-run it; it prints one JSON object a line on stdout:
+The e2e tests (tests/e2e/test_tunnel.py) and the tunnel benchmark
+(bench/tunnel_throughput.py) run it; it prints one JSON object a line on stdout:
 
 - C{{"event": "ready"}} once its links are attached;
 - C{{"event": "progress", "sent": .., "settled": .., "received": ..}} every
@@ -137,7 +137,8 @@ class Driver(Protocol):
             self.check_done()
             return
         self.first_sent = self.first_sent or time.perf_counter()
-        while link.credit > 0 and self.sent < o.send and self.sent - self.settled < o.credit:
+        while (link.credit > 0 and self.sent < o.send
+               and self.sent - self.settled < o.credit):
             body = b"ID:%d|" % self.sent
             link.send(encode_message(body + b"x" * max(0, o.size - len(body))),
                       settled=False)

@@ -8,7 +8,7 @@ from mqgate.tunnel import packets as p
 
 
 def test_header_layout_is_the_source_systems():
-    """A DATA packet's 24-byte header carries version 100, type, total size, id, seq, window."""
+    """A DATA packet's 24-byte header: version 100, type, size, id, seq, window."""
     data = p.encode(p.Packet(p.DATA, conn_id=7, seq=3, window=64, body=b"hello"))
     assert len(data) == 24 + 5
     assert struct.unpack(">HHIIIHHI", data[:24]) == (100, 4, 29, 7, 3, 64, 0, 0)

@@ -1,4 +1,4 @@
-"""One tunnel connection's stream over lossy HTTP (S10.3): sequence numbers, ACKs, window."""
+"""One tunnel connection's stream over lossy HTTP (S10.3): numbers, ACKs, the window."""
 
 import random
 
@@ -42,7 +42,7 @@ def test_a_repeated_request_duplicates_nothing():
 
 
 def test_reordered_packets_are_held_until_the_gap_fills():
-    """A packet ahead of a missing one waits within the window, then both are read in order."""
+    """A packet ahead of a missing one waits (within the window); both read in order."""
     clock, (a, b) = pair()
     a.write(b"1" * 100 + b"2" * 100)
     first, second = data_of(a.outgoing())
@@ -143,7 +143,7 @@ def test_unwrap_finds_the_nearest_number():
 
 
 def test_a_lossy_link_loses_and_duplicates_nothing():
-    """Over a link that drops, repeats and reorders batches both ways, 300 KB arrive exactly once."""
+    """Over a link dropping, repeating and reordering batches, 300 KB arrive once each."""
     rng = random.Random(12)
     clock, (a, b) = pair(window=8, max_body=1000, rto=1.0)
     payload = bytes(rng.randrange(256) for _ in range(300_000))
