@@ -495,9 +495,10 @@ KEYS = (
     # -- the HTTP tunnel on httpjms and httpsjms (S10.3, FACTS 1.2; mqgate.net.tunnel) --
     *(row for service, protocol in (("httpjms", "http"), ("httpsjms", "https"))
       for row in (
-          Key(f"mqgate.{service}.{protocol}.pullPeriod", Seconds(1, 60), "30",
+          Key(f"mqgate.{service}.{protocol}.pullPeriod", Seconds(-1, 60), "30",
               f"Seconds the {service} service holds a tunnel client's pull request when "
-              "it has nothing to send (a long poll), at most 60; the client sends the "
+              "it has nothing to send (a long poll), at most 60; -1 or 0 (the source "
+              "system's default, a pull always pending) mean 60. The client sends the "
               "next pull as soon as one is answered."),
           Key(f"mqgate.{service}.{protocol}.connectionTimeout", Seconds(1, 86400), "60",
               f"Seconds a tunnel connection of the {service} service may go without a "

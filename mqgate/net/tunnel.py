@@ -262,7 +262,8 @@ class TunnelResource(Resource):
     @param factory: the service's protocol factory (the sniffing one).
     @param clock: an C{IReactorTime}.
     @param service_name: C{httpjms} or C{httpsjms}, for log lines.
-    @param pull_period: seconds a pull is held at most (capped at L{MAX_PULL_PERIOD}).
+    @param pull_period: seconds a pull is held at most (capped at L{MAX_PULL_PERIOD};
+        0 or less: that cap).
     @param connection_timeout: seconds without a pull after which a connection is
         closed.
     """
@@ -276,7 +277,9 @@ class TunnelResource(Resource):
         self._factory = factory
         self._clock = clock
         self.service_name = service_name
-        self.pull_period = max(1, min(pull_period, MAX_PULL_PERIOD))
+        # -1 and 0 are the source system's "keep a pull pending": the longest hold.
+        self.pull_period = (MAX_PULL_PERIOD if pull_period <= 0
+                            else min(pull_period, MAX_PULL_PERIOD))
         self.connection_timeout = connection_timeout
         self.window = window
         self.connections = {}

@@ -209,3 +209,10 @@ def test_a_close_the_client_never_acknowledges_ends_after_a_while():
     resource.connections[conn_id].transport.loseConnection()
     clock.advance(10)
     assert log[-1] == ("lost", "ConnectionLost") and conn_id not in resource.connections
+
+
+def test_the_source_systems_pull_period_means_the_longest_hold():
+    """pullPeriod -1 (the source system's default) or 0 hold a pull 60 s; more is capped."""
+    for configured, held in ((-1, 60), (0, 60), (90, 60), (5, 5)):
+        clock, log, resource = setup(pull_period=configured)
+        assert resource.pull_period == held
