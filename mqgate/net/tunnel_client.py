@@ -42,8 +42,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import (
-    Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool, ProxyAgent, RequestNotSent,
-    ResponseNeverReceived, readBody)
+    Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool, PotentialDataLoss, ProxyAgent,
+    RequestNotSent, ResponseDone, ResponseNeverReceived)
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer, IPolicyForHTTPS
 from zope.interface import implementer
@@ -54,6 +54,9 @@ from mqgate.tunnel.session import TunnelSession
 __all__ = ["TunnelClientEndpoint", "TunnelError", "MAX_PUSH", "MAX_RETRY_WAIT",
            "proxy_for"]
 
+#: Bytes of an answer read at most: a pull returns a window of packets (512 KiB) and a
+#: few control packets; anything longer is not a tunnel talking.
+MAX_ANSWER = 1024 * 1024
 #: Bytes of packets per push at most: under the broker's smallest request limit.
 MAX_PUSH = 60 * 1024
 #: Seconds between retries of a failed request at most.
@@ -170,9 +173,10 @@ class TunnelClientEndpoint:
         return f"{self.url}?{query}".encode("ascii")
 
     def _read_answer(self, response, what):
-        d = readBody(response)
-        d.addCallback(self._check_answer, response.code, what)
-        return d
+        done = defer.Deferred()
+        response.deliverBody(_BoundedBody(done, MAX_ANSWER))
+        done.addCallback(self._check_answer, response.code, what)
+        return done
 
     def _check_answer(self, body, code, what):
         if code != 200:
@@ -579,6 +583,34 @@ class _ConnectProtocol(Protocol):
             self.inner.connectionLost(reason)
         elif self._ready is not None and not self._ready.called:
             self._ready.errback(reason)
+
+
+class _BoundedBody(Protocol):
+    """Collect a response body of at most C{limit} bytes; fire C{done} with it."""
+
+    def __init__(self, done, limit):
+        self._done = done
+        self._limit = limit
+        self._parts = []
+        self._size = 0
+
+    def dataReceived(self, data):
+        self._size += len(data)
+        if self._size > self._limit:
+            self.transport.stopProducing()   # drops the connection: nothing more read
+            return
+        self._parts.append(data)
+
+    def connectionLost(self, reason):
+        if self._done.called:
+            return
+        if self._size > self._limit:
+            self._done.errback(TunnelError(
+                string=f"an answer of more than {self._limit} bytes: not a tunnel"))
+        elif reason.check(ResponseDone, PotentialDataLoss):
+            self._done.callback(b"".join(self._parts))
+        else:
+            self._done.errback(reason)
 
 
 @implementer(IBodyProducer)

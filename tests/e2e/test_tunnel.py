@@ -267,3 +267,20 @@ def test_connect_answers_with_an_id_and_the_options(broker):
     assert init.type == p.CONN_INIT_ACK and init.conn_id > 0
     assert dict(p.parse_option(o) for o in options) == {
         p.OPTION_PULL_PERIOD: 30, p.OPTION_CONNECTION_TIMEOUT: CONNECTION_TIMEOUT}
+
+
+def test_the_readme_stomp_example_runs(broker, tmp_path):
+    """The README's tunnel example (STOMP through TunnelClientEndpoint) prints the
+    message it sent, against this broker's httpjms port."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## From behind a firewall or proxy", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "tunnel_hello.py"
+    script.write_text(code.replace("127.0.0.1:7675", f"127.0.0.1:{broker.port('httpjms')}"),
+                      encoding="utf-8")
+    env = broker_environment()
+    env.pop("http_proxy", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=str(REPO_ROOT), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "Hello through the tunnel"
