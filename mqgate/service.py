@@ -65,6 +65,7 @@ from mqgate.security.users import (
 from mqgate.store.factory import open_store
 from mqgate.web.admin import AdminApi, broker_health
 from mqgate.web.gateway import gateway_root, gateway_service
+from mqgate.ws.server import ws_resource
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
@@ -548,7 +549,8 @@ def _gateway_service(name, top, registry, **shared):
     endpoint = web_endpoint(reactor, transport, host, port,
                             backlog=settings[f"mqgate.{name}.backlog"], tls_context=tls)
     return gateway_service(
-        name, reactor, endpoint, gateway_root(_gateway_children(name, factory, settings)),
+        name, reactor, endpoint,
+        gateway_root(_gateway_children(name, factory, settings, reactor)),
         factory, transport=transport, registry=registry,
         timeout=settings[f"mqgate.{name}.idle_timeout"],
         max_body=settings[f"mqgate.{name}.max_body_size"],
@@ -556,9 +558,16 @@ def _gateway_service(name, top, registry, **shared):
         details=_service_details(settings, name))
 
 
-def _gateway_children(name, factory, settings):
+def _gateway_children(name, factory, settings, reactor):
     """The carriers of gateway service C{name}: C{{path: resource}}."""
-    return {}
+    prefix = f"mqgate.{name}.ws"
+    return {
+        settings[f"{prefix}.path"]: ws_resource(
+            factory, service=name, reactor=reactor, secure=SERVICES[name][1] == HTTPS,
+            allowed_origins=settings[f"{prefix}.allowed_origins"],
+            max_message_size=settings[f"{prefix}.max_message_size"],
+            ping_interval=settings[f"{prefix}.ping_interval"]),
+    }
 
 
 def _access_control(settings, reactor, reloadables, audit, top):
