@@ -37,6 +37,7 @@ import fanout  # noqa: E402
 import persistent  # noqa: E402
 import stomp_latency  # noqa: E402
 import stomp_throughput  # noqa: E402
+import ws_throughput  # noqa: E402
 
 
 def _amqp(options):
@@ -61,6 +62,8 @@ SCENARIOS = (
         stomp_latency.options_from)]
     + [(name, persistent, name, persistent.options_from)
        for name in persistent.SCENARIOS]
+    + [(ws_throughput.NAME, ws_throughput, mode, ws_throughput.options_from)
+       for mode in ws_throughput.SCENARIOS]
 )
 
 #: Benchmarks that run as their own script and print their own JSON lines; they
