@@ -78,7 +78,8 @@ class BrokerWebSocket(WebSocketServerProtocol):
         """The WebSocket is open: connect a broker connection through it."""
         transport = self.transport
         # twisted.web's channel was the TCP connection's producer; the WebSocket is now.
-        transport.unregisterProducer()
+        if getattr(transport, "producer", None) is not None:
+            transport.unregisterProducer()
         transport.registerProducer(self, True)
         if self._choice.family == STOMP:
             self._splitter = StompSplitter()
