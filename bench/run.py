@@ -38,6 +38,7 @@ import persistent  # noqa: E402
 import stomp_latency  # noqa: E402
 import stomp_throughput  # noqa: E402
 import tunnel_throughput  # noqa: E402
+import ws_throughput  # noqa: E402
 
 
 def _amqp(options):
@@ -64,6 +65,8 @@ SCENARIOS = (
        for name in persistent.SCENARIOS]
     + [(name, tunnel_throughput, name, tunnel_throughput.options_from)
        for name in tunnel_throughput.SCENARIOS]
+    + [(ws_throughput.NAME, ws_throughput, mode, ws_throughput.options_from)
+       for mode in ws_throughput.SCENARIOS]
 )
 
 #: Benchmarks that run as their own script and print their own JSON lines; they

@@ -66,6 +66,8 @@ from mqgate.security.users import (
 from mqgate.store.factory import open_store
 from mqgate.web.admin import AdminApi, broker_health
 from mqgate.web.gateway import gateway_root, gateway_service
+from mqgate.ws.policy import parse_origins
+from mqgate.ws.server import ws_resource
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
@@ -550,7 +552,7 @@ def _gateway_service(name, top, registry, **shared):
                             backlog=settings[f"mqgate.{name}.backlog"], tls_context=tls)
     return gateway_service(
         name, reactor, endpoint,
-        gateway_root({**_gateway_children(name, factory, settings),
+        gateway_root({**_gateway_children(name, factory, settings, reactor),
                       **_tunnel_children(name, factory, settings, reactor)}),
         factory, transport=transport, registry=registry,
         timeout=settings[f"mqgate.{name}.idle_timeout"],
@@ -559,9 +561,23 @@ def _gateway_service(name, top, registry, **shared):
         details=_service_details(settings, name))
 
 
-def _gateway_children(name, factory, settings):
+def _gateway_children(name, factory, settings, reactor):
     """The carriers of gateway service C{name}: C{{path: resource}}."""
-    return {}
+    prefix = f"mqgate.{name}.ws"
+    origins = settings[f"{prefix}.allowed_origins"]
+    try:
+        parse_origins(origins)
+    except ValueError:
+        raise ConfigError(f"{prefix}.allowed_origins", ",".join(origins),
+                          "origins as scheme://host[:port] (http or https), "
+                          "comma-separated, or *") from None
+    return {
+        settings[f"{prefix}.path"]: ws_resource(
+            factory, service=name, reactor=reactor, secure=SERVICES[name][1] == HTTPS,
+            allowed_origins=origins,
+            max_message_size=settings[f"{prefix}.max_message_size"],
+            ping_interval=settings[f"{prefix}.ping_interval"]),
+    }
 
 
 def _tunnel_children(name, factory, settings, reactor):

@@ -278,3 +278,13 @@ def test_endpoint_description(host, port, backlog, text):
     """A bind address and port become a serverFromString description; IPv6 colons
     are escaped, an empty host listens everywhere (S1.5)."""
     assert endpoint_description(host, port, backlog) == text
+
+
+def test_bad_websocket_origin_is_a_config_error_naming_the_key(tmp_path):
+    """An allowed_origins item that is not an origin stops the build with the key
+    named and what it accepts (S10.3)."""
+    with pytest.raises(ConfigError) as error:
+        build(tmp_path, {"mqgate.service.activelist": "jms,httpjms",
+                         "mqgate.httpjms.ws.allowed_origins": "app.example.com"})
+    assert error.value.key == "mqgate.httpjms.ws.allowed_origins"
+    assert "scheme://host" in str(error.value)
