@@ -658,8 +658,15 @@ class _Link:
         next transport."""
         self._link = None
 
+    #: Whether L{close} ends the link for good at the broker (section 2.6.6): a
+    #: durable subscription's receiver leaves it in place instead.
+    _ends_for_good = True
+
     def close(self):
         """Detach the link; the Deferred fires when the broker answered."""
+        return self._detach(self._ends_for_good)
+
+    def _detach(self, closed):
         if self._closing is not None:
             return self._closing
         self._closing = defer.Deferred()
@@ -667,7 +674,7 @@ class _Link:
             self._closed_now()
             self._closing.callback(None)
             return self._closing
-        self._link.detach(closed=True)
+        self._link.detach(closed=closed)
         self._connection.flush()
         return self._closing
 
@@ -808,6 +815,7 @@ class Receiver(_Link):
         super().__init__(connection, address)
         if durable_name:
             self.name = durable_name
+            self._ends_for_good = False
         self.callback = callback
         self.flow = flow
         self.ack_mode = ack_mode
@@ -841,6 +849,11 @@ class Receiver(_Link):
                         dynamic=self.dynamic or None, filter=filters)
         link.attach(source=source, target=Target(address=self._connection.client_id),
                     snd_settle_mode=SND_UNSETTLED)
+
+    def unsubscribe(self):
+        """Close the receiver and end its durable subscription at the broker (what
+        C{close} keeps)."""
+        return self._detach(True)
 
     def _ready_now(self, link):
         if self.dynamic:
