@@ -441,7 +441,13 @@ class Connection:
         if link in self._links:
             self._links.remove(link)
 
-    def _top_up_all(self):
+    def _top_up_all(self, receiver=None):
+        """Ask for the next batches that are due: C{receiver}'s alone when only its own
+        figures changed and no connection-wide cap ties it to the others (a message
+        costs one receiver's check, not one per receiver), else every receiver's."""
+        if receiver is not None and self.flow.limit is None:
+            receiver._top_up()
+            return
         for link in self._links:
             if isinstance(link, Receiver):
                 link._top_up()
@@ -863,7 +869,7 @@ class Receiver(_Link):
             self._fail(LinkError(f"the broker does not apply the selector of the "
                                  f"receiver from {self.address}", "amqp:not-implemented"))
             return
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
 
     def _top_up(self):
         if self._attached_now() and not self.closed:
@@ -886,7 +892,7 @@ class Receiver(_Link):
                      address=self.address, error=e)
             event.link.settle(event.delivery_id, Rejected())
             self.flow.settled()
-            self._connection._top_up_all()
+            self._connection._top_up_all(self)
             return
         if event.settled:
             delivery.settled = True
@@ -899,7 +905,7 @@ class Receiver(_Link):
             self._hand_over(self._waiters.popleft(), message)
         else:
             self._queue.append(message)
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
 
     def _run_callback(self, message, delivery):
         try:
@@ -938,7 +944,7 @@ class Receiver(_Link):
         lazy, self._lazy = self._lazy, []
         for delivery in lazy:
             self._settle(delivery)
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
         self._connection.flush()
 
     def _settle(self, delivery, state=None):
@@ -961,7 +967,7 @@ class Receiver(_Link):
         if self._queue:
             message = self._queue.popleft()
             self._consumed(message._delivery)
-            self._connection._top_up_all()
+            self._connection._top_up_all(self)
             self._connection.flush()
             return defer.succeed(message)
         if self.closed:
@@ -976,7 +982,7 @@ class Receiver(_Link):
         return waiting
 
     def _after_hand_over(self, result):
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
         self._connection.flush()
         return result
 
