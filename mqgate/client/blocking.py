@@ -189,6 +189,10 @@ class BlockingReceiver:
     def close(self):
         _call(self._reactor, self.receiver.close, timeout=DEFAULT_TIMEOUT)
 
+    def unsubscribe(self):
+        """Close, and end the durable subscription (C{close} keeps it)."""
+        _call(self._reactor, self.receiver.unsubscribe, timeout=DEFAULT_TIMEOUT)
+
 
 def _blocking_message(reactor, message):
     """Make C{message.acknowledge()} safe to call from the caller's thread."""

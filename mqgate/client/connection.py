@@ -441,7 +441,13 @@ class Connection:
         if link in self._links:
             self._links.remove(link)
 
-    def _top_up_all(self):
+    def _top_up_all(self, receiver=None):
+        """Ask for the next batches that are due: C{receiver}'s alone when only its own
+        figures changed and no connection-wide cap ties it to the others (a message
+        costs one receiver's check, not one per receiver), else every receiver's."""
+        if receiver is not None and self.flow.limit is None:
+            receiver._top_up()
+            return
         for link in self._links:
             if isinstance(link, Receiver):
                 link._top_up()
@@ -658,8 +664,15 @@ class _Link:
         next transport."""
         self._link = None
 
+    #: Whether L{close} ends the link for good at the broker (section 2.6.6): a
+    #: durable subscription's receiver leaves it in place instead.
+    _ends_for_good = True
+
     def close(self):
         """Detach the link; the Deferred fires when the broker answered."""
+        return self._detach(self._ends_for_good)
+
+    def _detach(self, closed):
         if self._closing is not None:
             return self._closing
         self._closing = defer.Deferred()
@@ -667,7 +680,7 @@ class _Link:
             self._closed_now()
             self._closing.callback(None)
             return self._closing
-        self._link.detach(closed=True)
+        self._link.detach(closed=closed)
         self._connection.flush()
         return self._closing
 
@@ -808,6 +821,7 @@ class Receiver(_Link):
         super().__init__(connection, address)
         if durable_name:
             self.name = durable_name
+            self._ends_for_good = False
         self.callback = callback
         self.flow = flow
         self.ack_mode = ack_mode
@@ -842,6 +856,11 @@ class Receiver(_Link):
         link.attach(source=source, target=Target(address=self._connection.client_id),
                     snd_settle_mode=SND_UNSETTLED)
 
+    def unsubscribe(self):
+        """Close the receiver and end its durable subscription at the broker (what
+        C{close} keeps)."""
+        return self._detach(True)
+
     def _ready_now(self, link):
         if self.dynamic:
             self.address = str(link.remote.source.address)
@@ -850,7 +869,7 @@ class Receiver(_Link):
             self._fail(LinkError(f"the broker does not apply the selector of the "
                                  f"receiver from {self.address}", "amqp:not-implemented"))
             return
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
 
     def _top_up(self):
         if self._attached_now() and not self.closed:
@@ -873,7 +892,7 @@ class Receiver(_Link):
                      address=self.address, error=e)
             event.link.settle(event.delivery_id, Rejected())
             self.flow.settled()
-            self._connection._top_up_all()
+            self._connection._top_up_all(self)
             return
         if event.settled:
             delivery.settled = True
@@ -886,7 +905,7 @@ class Receiver(_Link):
             self._hand_over(self._waiters.popleft(), message)
         else:
             self._queue.append(message)
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
 
     def _run_callback(self, message, delivery):
         try:
@@ -925,7 +944,7 @@ class Receiver(_Link):
         lazy, self._lazy = self._lazy, []
         for delivery in lazy:
             self._settle(delivery)
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
         self._connection.flush()
 
     def _settle(self, delivery, state=None):
@@ -948,7 +967,7 @@ class Receiver(_Link):
         if self._queue:
             message = self._queue.popleft()
             self._consumed(message._delivery)
-            self._connection._top_up_all()
+            self._connection._top_up_all(self)
             self._connection.flush()
             return defer.succeed(message)
         if self.closed:
@@ -963,7 +982,7 @@ class Receiver(_Link):
         return waiting
 
     def _after_hand_over(self, result):
-        self._connection._top_up_all()
+        self._connection._top_up_all(self)
         self._connection.flush()
         return result
 

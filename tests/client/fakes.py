@@ -17,7 +17,7 @@ from twisted.python.failure import Failure
 from mqgate.amqp.connection import Connection as Engine
 from mqgate.amqp.events import (
     AuthenticationRequested, ConnectionOpened, DeliveriesSettled, LinkAttached,
-    MessageReceived, SessionBegun,
+    LinkDetached, MessageReceived, SessionBegun,
 )
 from mqgate.amqp.performatives import Source
 
@@ -52,6 +52,7 @@ class FakeBroker:
         self.refuse = set(refuse)   # addresses whose links are refused
         self.links = {}
         self.received = []
+        self.detached = []   # (link name, closed) per detach the client sent
         self.outcomes = []   # (context given to deliver, the client's outcome)
         self.transport = None
         self.protocol = None
@@ -84,6 +85,8 @@ class FakeBroker:
             link.attach(source=source, target=remote.target)
         elif isinstance(event, MessageReceived):
             self.received.append((event.link.name, event.delivery_id, event.payload))
+        elif isinstance(event, LinkDetached):
+            self.detached.append((event.link.name, event.closed))
         elif isinstance(event, DeliveriesSettled):
             self.outcomes += [(context, event.state) for context in event.deliveries]
 

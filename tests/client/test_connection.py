@@ -333,3 +333,18 @@ def test_a_message_handed_over_is_settled_before_a_close_it_triggers():
     endpoint.broker.deliver(receiver.name, encode_message("last"))
     pump(endpoint.broker)
     assert [type(state) for _, state in endpoint.broker.outcomes] == [Accepted]
+
+
+def test_closing_a_durable_receiver_keeps_the_subscription_unsubscribe_ends_it():
+    """close() of a durable subscription's receiver detaches with closed=false (the
+    broker keeps it); unsubscribe() and a plain receiver's close() with closed=true."""
+    _clock, endpoint, connection = opened()
+    durable = connection.receiver("topic://t", durable_name="sub")
+    other = connection.receiver("topic://t", durable_name="sub2")
+    plain = connection.receiver("q")
+    pump(endpoint.broker)
+    closing = [durable.close(), other.unsubscribe(), plain.close()]
+    pump(endpoint.broker)
+    assert endpoint.broker.detached == [("sub", False), ("sub2", True),
+                                        (plain.name, True)]
+    assert all(result(d) is None for d in closing)

@@ -135,6 +135,33 @@ def test_client_ack_and_dups_ok_as_the_broker_sees_them(broker, passfile):
                    "DUPS_OK settling its last batch")
 
 
+def test_durable_subscription_and_selector(broker):
+    """A durable subscription (same client_id and name) keeps what was published while
+    its receiver was closed, and nothing once unsubscribed; a selector lets through
+    only the matching messages."""
+    topic = f"topic://{unique('client-news')}"
+    client_id = unique("client-durable")
+    with connect(url(broker), credentials=ADMIN, client_id=client_id) as connection:
+        connection.receiver(topic, durable_name="news").close()
+    with connect(url(broker), credentials=ADMIN) as publisher:
+        publisher.sender(topic).send_many(["while away"])
+    with connect(url(broker), credentials=ADMIN, client_id=client_id) as connection:
+        again = connection.receiver(topic, durable_name="news")
+        assert again.receive(timeout=TIMEOUT).body == "while away"
+        again.unsubscribe()
+    with connect(url(broker), credentials=ADMIN) as publisher:
+        publisher.sender(topic).send_many(["after the end"])
+    with connect(url(broker), credentials=ADMIN, client_id=client_id) as connection:
+        fresh = connection.receiver(topic, durable_name="news")
+        assert fresh.receive(timeout=0.5) is None    # a new subscription: nothing kept
+        name = unique("client-selector")
+        red = connection.receiver(name, selector="colour = 'red'")
+        sender = connection.sender(name)
+        sender.send("blue", {"colour": "blue"})
+        sender.send("red", {"colour": "red"})
+        assert red.receive(timeout=TIMEOUT).body == "red"
+
+
 def test_request_reply_over_a_dynamic_queue(broker):
     """request() gets the reply a responder sent to its reply-to with the request's
     message-id as correlation-id."""
