@@ -89,7 +89,10 @@ def test_query_shows_limits_and_counters(broker):
     assert reply.data["messages_in"] == 1 and reply.data["waiting"] == 1
     assert reply.data["limits"] == {"maxNumMsgs": 100000,
                                     "maxTotalMsgBytes": 1 << 30,
-                                    "limitBehavior": "FLOW_CONTROL"}
+                                    "limitBehavior": "FLOW_CONTROL",
+                                    "maxBytesPerMsg": -1, "maxNumProducers": -1,
+                                    "consumerFlowLimit": -1, "useDMQ": True,
+                                    "maxDeliveryCount": 10}
     assert "maxNumMsgs" in reply.text and "Current Number of Messages" in reply.text
 
 
@@ -157,8 +160,9 @@ def test_a_bad_property_is_refused_naming_it_and_nothing_is_applied(broker):
     for pair, why in (("maxNumMsgs=0", "maxNumMsgs=0"),
                       ("maxNumMsgs=" + "9" * 30, "a whole number from 1 to"),
                       ("maxTotalMsgBytes=12x", "maxTotalMsgBytes=12x"),
-                      ("limitBehavior=REMOVE_OLDEST", "not supported"),
-                      ("maxNumProducers=5", "maxNumProducers is not supported"),
+                      ("limitBehavior=REMOVE_NEWEST", "give one of"),
+                      ("maxNumActiveConsumers=5", "maxNumActiveConsumers is not supported"),
+                      ("useDMQ=maybe", "give true or false"),
                       ("colour=blue", "unknown property 'colour'")):
         good = "maxNumMsgs=7" if pair.startswith("maxTotal") else "maxTotalMsgBytes=1m"
         with pytest.raises(BadRequest, match=why):
