@@ -341,7 +341,7 @@ class Queue(_Operated):
         if message.expiry is not None:
             self._index_expiry(message)
         if self.full and limits.removes:
-            self._make_room()
+            self._make_room(message)
         if ready and not self._dispatching:
             self.dispatch()
 
@@ -559,7 +559,7 @@ class Queue(_Operated):
         if message.expiry is not None:
             self._index_expiry(message)
         if self.full and self.limits.removes:
-            self._make_room()
+            self._make_room(message)
         if self._dispatching:
             self._rescan = True
 
@@ -819,11 +819,13 @@ class Queue(_Operated):
         self.dropped += 1
         self._died(delivery.message, reason)
 
-    def _make_room(self):
+    def _make_room(self, newest=None):
         # S2.3 REMOVE_OLDEST / REMOVE_LOW_PRIORITY: remove waiting messages (in flight
         # ones cannot be) until what the queue holds is within its limits again. Runs
         # only when a publish filled the queue; each removal looks at the heads of the
-        # ten priority levels, no more.
+        # ten priority levels, no more. REMOVE_OLDEST never removes the message just
+        # published (C{newest}): with the others all in flight, the queue holds one
+        # more than its limit for a while, as a ring queue does.
         limits = self.limits
         oldest = limits.behavior == REMOVE_OLDEST
         reason = OLDEST if oldest else LOW_PRIORITY
@@ -832,6 +834,8 @@ class Queue(_Operated):
                                or self._bytes > limits.max_bytes >= 0):
             if oldest:
                 level = min((lv for lv in levels if lv), key=lambda lv: _arrival(lv[0]))
+                if level[0] is newest:
+                    break
             else:
                 level = next(lv for lv in levels if lv)
             entry = level.popleft()
@@ -844,8 +848,10 @@ class Queue(_Operated):
             self._system.count -= 1
             self._add_bytes(-message.size)
             self._died(message, reason)
-        if not (self.held > limits.full_count or self._bytes >= limits.full_bytes):
-            self._unblock()   # under its limits (producers may wait from before)
+        # Nobody waits for a removing queue (producers may, from before a change of
+        # its limit behaviour: they go on).
+        self._unblock()
+        self.full = self.held > limits.full_count or self._bytes >= limits.full_bytes
 
     def reap(self, now):
         """Remove the waiting messages that expired by C{now} (S2.2's reaper, S2.9);
@@ -903,6 +909,8 @@ class Queue(_Operated):
         # The ticket keeps heap entries apart (messages do not compare).
         self._ticket += 1
         heapq.heappush(self._expiring, (message.expiry, self._ticket, message))
+        if len(self._expiring) > 2 * self.depth + 64:
+            self._prune_expiring()
 
     def _ease(self):
         # Called when something left a full queue: below the low-water mark, it is no
