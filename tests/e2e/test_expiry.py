@@ -12,7 +12,8 @@ from tests.e2e.proton_client import DEFAULT_TIMEOUT, drain, opened
 def test_a_ttl_keeps_counting_across_a_restart(broker_factory, tmp_path):
     """A persistent message with a 2 s ttl, sent before a stop and read 3 s after it was
     sent from the restarted broker, is not delivered: it expired at its time, and is on
-    mq.sys.dmq (reason EXPIRED); its neighbour without a ttl is delivered."""
+    mq.sys.dmq (reason EXPIRED), still after one more restart; its neighbour without a
+    ttl is delivered."""
     varhome = tmp_path / "varhome"
     broker = broker_factory(varhome=varhome)
     with opened(broker) as conn:
@@ -26,11 +27,18 @@ def test_a_ttl_keeps_counting_across_a_restart(broker_factory, tmp_path):
     time.sleep(max(0.0, sent + 3.0 - time.monotonic()))
     broker = broker_factory(varhome=varhome)
     with opened(broker) as conn:
-        kept = drain(conn, conn.create_receiver("queue://ttl"))
+        receiver = conn.create_receiver("queue://ttl", credit=None)
+        kept = drain(conn, receiver)
         assert [m.id for m in kept] == ["keep"]
+        receiver.accept()
+    # The dead copy is persistent on the DMQ: it is there after another restart.
+    assert broker.terminate() == 0
+    broker = broker_factory(varhome=varhome)
+    with opened(broker) as conn:
         receiver = conn.create_receiver("queue://mq.sys.dmq", credit=10)
         dead = receiver.receive(timeout=DEFAULT_TIMEOUT)
         receiver.accept()
-    assert dead.id == "short"
+        assert drain(conn, conn.create_receiver("queue://ttl")) == []
+    assert dead.id == "short" and dead.durable
     assert dead.annotations["x-opt-dead-reason"] == "EXPIRED"
     assert dead.annotations["x-opt-original-address"] == "queue://ttl"
