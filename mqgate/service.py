@@ -20,9 +20,12 @@ from twisted.python.threadpool import ThreadPool
 from mqgate import __version__, sniff
 from mqgate.admin.commands import admin_commands
 from mqgate.admin.requests import AdminContext, AdminRequests
-from mqgate.amqp.message import parse_message
+from mqgate.amqp.message import EncodedMessage, dead_copy, parse_message
+from mqgate.amqp.types import Symbol, Timestamp
 from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
+from mqgate.core.dead import TIME as DEAD_TIME
+from mqgate.core.expiry import ExpiryReaper
 from mqgate.core.persistence import Persistence
 from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import PREFIX as CLIENT_PROFILE_PREFIX, profiles_from_settings
@@ -242,6 +245,46 @@ def _stored_messages(clock):
     return lambda data: broker_message(parse_message(data), clock)
 
 
+def _delivery_semantics(settings):
+    """The CoreConfig fields of S2.3's other limits and S2.4's dead message queue."""
+    prefix = "mqgate.autocreate.destination."
+    return dict(
+        max_bytes_per_msg=settings[prefix + "maxBytesPerMsg"],
+        max_num_producers=settings[prefix + "maxNumProducers"],
+        consumer_flow_limit=settings[prefix + "consumerFlowLimit"],
+        use_dmq=settings[prefix + "useDMQ"],
+        max_delivery_count=settings["mqgate.destination.max_delivery_count"],
+        dmq_max_num_msgs=settings["mqgate.destination.DMQ.maxNumMsgs"],
+        dmq_max_total_msg_bytes=settings["mqgate.destination.DMQ.maxTotalMsgBytes"],
+        dmq_truncate_body=settings["mqgate.destination.DMQ.truncateBody"],
+        log_dead_messages=settings["mqgate.destination.logDeadMsgs"])
+
+
+def _dead_annotations(payload, annotations, keep_body):
+    """A dead message's copy with its annotations (S2.4): symbol keys (AMQP 1.0 Part 3
+    section 3.2.3), the time of death an AMQP timestamp."""
+    if not isinstance(payload, EncodedMessage):
+        return payload
+    amqp = {Symbol(key): Timestamp(value) if key == DEAD_TIME else value
+            for key, value in annotations.items()}
+    return parse_message(dead_copy(payload, amqp, keep_body))
+
+
+class _ReaperService(service.Service):
+    """Runs the expiry reaper (S2.2) while the broker runs."""
+
+    def __init__(self, reaper):
+        self.reaper = reaper
+
+    def startService(self):
+        super().startService()
+        self.reaper.start()
+
+    def stopService(self):
+        self.reaper.stop()
+        return super().stopService()
+
+
 def _authenticator(settings, reactor):
     """The login checker of the configured user repository (S4.2), behind the login
     guard and the authentication cache; the service running its thread pool; and the
@@ -424,9 +467,11 @@ def build_broker(settings, reactor):
         max_message_size=settings["mqgate.message.max_size"],
         max_destinations=settings["mqgate.system.max_destinations"],
         max_name_length=settings["mqgate.destination.max_name_length"],
-        max_topic_levels=settings["mqgate.topic.max_levels"]),
+        max_topic_levels=settings["mqgate.topic.max_levels"],
+        **_delivery_semantics(settings)),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
+    broker.set_annotate(_dead_annotations)
     authenticator, identities, login_threads, reload_users = _authenticator(
         settings, reactor)
     authenticator = AuditingAuthenticator(authenticator, audit)
@@ -434,6 +479,9 @@ def build_broker(settings, reactor):
     top = BrokerService(settings, broker, flusher, reactor)
     top.store_service = store_service
     top.audit = audit
+    _ReaperService(ExpiryReaper(broker, reactor,
+                                settings["mqgate.message.expiration.interval"])
+                   ).setServiceParent(top)
     # First in, last out: the trail records until every listener has stopped.
     if audit_threads is not None:
         _ThreadPoolService(audit_threads).setServiceParent(top)

@@ -17,9 +17,12 @@ The destination and durable subscription commands, as admin request handlers (S1
 
 The words and options are imqcmd's (FACTS 1.8), read with L{parse_options}. Limits are
 the source's destination properties (FACTS 1.6) that mqgate keeps: C{maxNumMsgs},
-C{maxTotalMsgBytes} (a size: C{1600}, C{1600b}, C{16k}, C{16m}) and C{limitBehavior}
-(C{FLOW_CONTROL} or C{REJECT_NEWEST}); the source's other properties are refused by
-name, as is anything else.
+C{maxTotalMsgBytes} and C{maxBytesPerMsg} (sizes: C{1600}, C{1600b}, C{16k}, C{16m}),
+C{limitBehavior} (C{FLOW_CONTROL}, C{REJECT_NEWEST}, C{REMOVE_OLDEST},
+C{REMOVE_LOW_PRIORITY}), C{maxNumProducers}, C{consumerFlowLimit}, C{useDMQ}, and
+mqgate's C{maxDeliveryCount} (S2.3, S2.4); the source's other properties are refused by
+name, as is anything else. The dead message queue C{mq.sys.dmq} takes the same ones,
+except that it never holds its producers back (FLOW_CONTROL is refused for it).
 
 A topic's figures, and what pause, purge and destroy act on, are its subscriptions on
 exactly its name, durable ones included (L{mqgate.core.broker.Broker.own_queues}); a
@@ -43,7 +46,8 @@ from mqgate.admin.tables import render_pairs, render_table
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, check_name)
 from mqgate.core.destinations import RUNNING, Queue
-from mqgate.core.limits import FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits
+from mqgate.core.dead import DMQ_NAME
+from mqgate.core.limits import FLOW_CONTROL, LIMIT_BEHAVIORS
 
 __all__ = ["COMMANDS", "InUse", "parse_size", "limits_from_properties"]
 
@@ -70,12 +74,20 @@ _NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z0-9_$]+)*\Z")
 
 MAX_NUM_MSGS, MAX_TOTAL_MSG_BYTES, LIMIT_BEHAVIOR = (
     "maxNumMsgs", "maxTotalMsgBytes", "limitBehavior")
-_SUPPORTED = (MAX_NUM_MSGS, MAX_TOTAL_MSG_BYTES, LIMIT_BEHAVIOR)
+MAX_BYTES_PER_MSG, MAX_NUM_PRODUCERS, CONSUMER_FLOW_LIMIT, USE_DMQ, MAX_DELIVERY_COUNT = (
+    "maxBytesPerMsg", "maxNumProducers", "consumerFlowLimit", "useDMQ",
+    "maxDeliveryCount")
+# Each property and the Limits attribute (and keyword) holding it.
+_ATTRIBUTES = {
+    MAX_NUM_MSGS: "max_count", MAX_TOTAL_MSG_BYTES: "max_bytes",
+    LIMIT_BEHAVIOR: "behavior", MAX_BYTES_PER_MSG: "max_message_bytes",
+    MAX_NUM_PRODUCERS: "max_producers", CONSUMER_FLOW_LIMIT: "consumer_flow_limit",
+    USE_DMQ: "use_dmq", MAX_DELIVERY_COUNT: "max_delivery_count"}
+_SUPPORTED = tuple(_ATTRIBUTES)
 # The source's other destination properties (FACTS 1.6): known, not kept by mqgate.
 _NOT_SUPPORTED = (
-    "maxBytesPerMsg", "maxNumProducers", "maxNumActiveConsumers",
-    "maxNumBackupConsumers", "consumerFlowLimit", "isLocalOnly",
-    "localDeliveryPreferred", "useDMQ", "validateXMLSchemaEnabled", "XMLSchemaURIList",
+    "maxNumActiveConsumers", "maxNumBackupConsumers", "isLocalOnly",
+    "localDeliveryPreferred", "validateXMLSchemaEnabled", "XMLSchemaURIList",
     "reloadXMLSchemaOnFailure")
 _SIZE = re.compile(r"(\d+)([bkm]?)\Z", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 * 1024}
@@ -177,42 +189,76 @@ def _behavior(text, name):
     value = text.strip().upper()
     if value in LIMIT_BEHAVIORS:
         return value
-    if value in ("REMOVE_OLDEST", "REMOVE_LOW_PRIORITY"):
-        raise BadRequest(f"{name}={text} is not supported by mqgate: a full destination"
-                         f" holds its producers back ({FLOW_CONTROL}) or refuses new"
-                         f" messages ({REJECT_NEWEST})")
-    raise BadRequest(f"{name}={text}: give {FLOW_CONTROL} or {REJECT_NEWEST}")
+    raise BadRequest(f"{name}={text}: give one of " + ", ".join(LIMIT_BEHAVIORS))
+
+
+def _unlimited_count(text, name):
+    # -1 (or, as the source allows, 0) for no limit, else a whole number.
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if value < -1 or value > _MAX_COUNT:
+        raise BadRequest(f"{name}={text}: give -1 (no limit) or a whole number from 1 "
+                         f"to {_MAX_COUNT}")
+    return -1 if value == 0 else value
+
+
+def _deliveries(text, name):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or value > _MAX_COUNT:
+        raise BadRequest(f"{name}={text}: give 0 (no limit) or the number of failed"
+                         " deliveries after which a message goes to the dead message"
+                         f" queue {DMQ_NAME}")
+    return value
+
+
+def _boolean(text, name):
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise BadRequest(f"{name}={text}: give true or false")
+    return value == "true"
 
 
 _PARSERS = {MAX_NUM_MSGS: _count, MAX_TOTAL_MSG_BYTES: parse_size,
-            LIMIT_BEHAVIOR: _behavior}
+            LIMIT_BEHAVIOR: _behavior, MAX_BYTES_PER_MSG: parse_size,
+            MAX_NUM_PRODUCERS: _unlimited_count, CONSUMER_FLOW_LIMIT: _unlimited_count,
+            USE_DMQ: _boolean, MAX_DELIVERY_COUNT: _deliveries}
 
 
-def limits_from_properties(properties, current):
+def limits_from_properties(properties, current, name=None):
     """New L{Limits}: C{current} with the C{-o} C{properties} (a dict) applied.
 
     Every property is checked before anything is applied.
 
+    @param name: the queue's name: the DMQ's limit behaviour may not be FLOW_CONTROL.
     @raise BadRequest: a property mqgate does not keep or does not know, or a bad
         value, named.
     """
-    values = {MAX_NUM_MSGS: current.max_count, MAX_TOTAL_MSG_BYTES: current.max_bytes,
-              LIMIT_BEHAVIOR: current.behavior}
-    for name, text in properties.items():
-        if name in _NOT_SUPPORTED:
-            raise BadRequest(f"property {name} is not supported by mqgate; it keeps "
+    changes = {}
+    for prop, text in properties.items():
+        if prop in _NOT_SUPPORTED:
+            raise BadRequest(f"property {prop} is not supported by mqgate; it keeps "
                              + ", ".join(_SUPPORTED))
-        if name not in _PARSERS:
-            raise BadRequest(f"unknown property {name!r}; the destination properties"
+        if prop not in _PARSERS:
+            raise BadRequest(f"unknown property {prop!r}; the destination properties"
                              " are " + ", ".join(_SUPPORTED))
-        values[name] = _PARSERS[name](text, name)
-    return Limits(values[MAX_NUM_MSGS], values[MAX_TOTAL_MSG_BYTES],
-                  values[LIMIT_BEHAVIOR])
+        changes[_ATTRIBUTES[prop]] = _PARSERS[prop](text, prop)
+    if name == DMQ_NAME and changes.get("behavior") == FLOW_CONTROL:
+        raise BadRequest(f"{LIMIT_BEHAVIOR}={FLOW_CONTROL} is not allowed for {DMQ_NAME}:"
+                         " dead messages must never hold the broker back; give"
+                         " REMOVE_OLDEST, REMOVE_LOW_PRIORITY or REJECT_NEWEST")
+    return current.replace(**changes)
 
 
 def _limits_data(limits):
-    return {MAX_NUM_MSGS: limits.max_count, MAX_TOTAL_MSG_BYTES: limits.max_bytes,
-            LIMIT_BEHAVIOR: limits.behavior}
+    data = {prop: getattr(limits, attribute) for prop, attribute in _ATTRIBUTES.items()}
+    if data[MAX_BYTES_PER_MSG] > _MAX_COUNT:
+        data[MAX_BYTES_PER_MSG] = -1    # no limit
+    return data
 
 
 # -- list and query dst ----------------------------------------------------------------
@@ -229,6 +275,8 @@ def list_dst(context, arguments):
     data = []
     for kind in kinds:
         names = broker.queues() if kind == QUEUE else broker.topics()
+        if kind == QUEUE and "-tmp" in options:
+            names = sorted(names + [q.name for q in broker.system_queues()])
         for name in names:
             if _is_internal(name) and "-tmp" not in options:
                 continue
@@ -339,7 +387,8 @@ def update_dst(context, arguments):
         raise BadRequest(f"give at least one -o property=value; usage: {_UPDATE_USAGE}")
     broker = context.broker
     destination = _find(context, kind, name)
-    limits = limits_from_properties(properties, broker.limits_of(destination))
+    limits = limits_from_properties(properties, broker.limits_of(destination),
+                                    name if kind == QUEUE else None)
     broker.set_limits(kind, name, limits)
     changed = ", ".join(f"{p}={v}" for p, v in _limits_data(limits).items()
                         if p in properties)
@@ -531,7 +580,9 @@ COMMANDS = {
                               "one destination in detail, with its limits"),
     ("create", "dst"): Command(_CREATE_USAGE, create_dst,
                                "create a destination, with limits (maxNumMsgs,"
-                               " maxTotalMsgBytes, limitBehavior)"),
+                               " maxTotalMsgBytes, limitBehavior, maxBytesPerMsg,"
+                               " maxNumProducers, consumerFlowLimit, useDMQ,"
+                               " maxDeliveryCount)"),
     ("update", "dst"): Command(_UPDATE_USAGE, update_dst,
                                "change a destination's limits now"),
     ("destroy", "dst"): Command(_DESTROY_USAGE, destroy_dst,

@@ -23,7 +23,8 @@ from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
-__all__ = ["EncodedMessage", "declares_durable", "parse_message", "build_message", "encode_message", "Header",
+__all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message",
+           "build_message", "encode_message", "Header",
            "Properties", "bare_sections", "check_sections"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
@@ -491,3 +492,37 @@ def build_message(body=None, *, header=None, message_annotations=None, propertie
 def encode_message(body=None, **sections):
     """The bytes of a message (tools and tests); see L{build_message} for the arguments."""
     return build_message(body, **sections).data
+
+
+#: An empty data section: the body of a dead message kept without its body (S2.4).
+_EMPTY_BODY = b"\x00\x53\x75\xa0\x00"
+
+
+def dead_copy(message, annotations, keep_body=True):
+    """The bytes of a dead message's copy for the dead message queue (S2.4).
+
+    C{message} (an L{EncodedMessage}) with the message annotations C{annotations}
+    added (spliced in as L{EncodedMessage.for_delivery} does, the others kept as they
+    came), its header without a ttl (a dead message does not expire again), and its
+    bare message as it was, or (C{keep_body} false) only its properties and
+    application properties and an empty data section. Nothing of the body is decoded.
+    """
+    header = message.header
+    out = bytearray()
+    Header(header.durable, header.priority, None, header.first_acquirer,
+           header.delivery_count).encode(out)
+    data = message.data
+    _annotations_with(out, data, message.annotations, annotations)
+    if keep_body:
+        out += memoryview(data)[message.bare_start:]
+        return bytes(out)
+    pos = message.bare_start
+    while pos < len(data):
+        code, value_start = _section_code(data, pos)
+        if code not in (PROPERTIES, APPLICATION_PROPERTIES):
+            break
+        end = codec.skip(data, value_start)
+        out += memoryview(data)[pos:end]
+        pos = end
+    out += _EMPTY_BODY
+    return bytes(out)

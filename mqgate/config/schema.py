@@ -544,12 +544,52 @@ KEYS = (
         "(waiting plus unacknowledged) before its limit behaviour applies; -1 means no "
         "limit."),
     Key("mqgate.autocreate.destination.limitBehavior",
-        Choice(("FLOW_CONTROL", "REJECT_NEWEST")), "FLOW_CONTROL",
+        Choice(("FLOW_CONTROL", "REJECT_NEWEST", "REMOVE_OLDEST", "REMOVE_LOW_PRIORITY")),
+        "FLOW_CONTROL",
         "What a full destination does: FLOW_CONTROL withholds the producers' AMQP credit "
         "and stops reading their STOMP sockets until it drains to 90 % of its limit; "
-        "REJECT_NEWEST refuses each new message with amqp:resource-limit-exceeded. "
+        "REJECT_NEWEST refuses each new message with amqp:resource-limit-exceeded; "
+        "REMOVE_OLDEST and REMOVE_LOW_PRIORITY remove waiting messages (the oldest; the "
+        "oldest of the lowest priority) to mq.sys.dmq to make room. "
         "mqgate defaults to FLOW_CONTROL (OpenMQ: REJECT_NEWEST) because it loses "
         "nothing: back-pressure, not errors, slows a fast producer."),
+    # -- the other destination properties, dead messages, expiry (S2.2-S2.4, S2.9) ----
+    Key("mqgate.autocreate.destination.maxBytesPerMsg", SizeLimit(), "-1",
+        "Largest message an auto-created destination takes (1600, 16k, 16m); a larger "
+        "one is refused with amqp:resource-limit-exceeded naming maxBytesPerMsg; -1 "
+        "means only mqgate.message.max_size applies."),
+    Key("mqgate.autocreate.destination.maxNumProducers", Int(-1), "-1",
+        "Producers that may be attached to an auto-created destination at once; one "
+        "more is refused (AMQP attach: amqp:resource-limit-exceeded; STOMP: an ERROR "
+        "at its first SEND); -1 means no limit (OpenMQ: 100)."),
+    Key("mqgate.autocreate.destination.consumerFlowLimit", Int(-1), "-1",
+        "Messages one consumer may hold unacknowledged from an auto-created destination, "
+        "whatever credit or prefetch it asks for; -1 means its own credit is the limit "
+        "(OpenMQ: 1000)."),
+    Key("mqgate.autocreate.destination.useDMQ", Bool(), "true",
+        "Whether dead messages of an auto-created destination (expired, removed by "
+        "REMOVE_OLDEST or REMOVE_LOW_PRIORITY, rejected, delivered too often) go to "
+        "the dead message queue mq.sys.dmq; false drops them (counted)."),
+    Key("mqgate.destination.max_delivery_count", Int(0), "10",
+        "Failed deliveries (released as failed, NACKed, or unacknowledged when the "
+        "consumer went) after which a message goes to mq.sys.dmq instead of being "
+        "delivered again; per destination maxDeliveryCount; 0 means no limit."),
+    Key("mqgate.destination.DMQ.maxNumMsgs", Int(-1), "1000",
+        "Messages the dead message queue mq.sys.dmq holds; past it, its oldest are "
+        "removed (it never holds anything back); -1 means no limit."),
+    Key("mqgate.destination.DMQ.maxTotalMsgBytes", SizeLimit(), "10m",
+        "Bytes of messages mq.sys.dmq holds; past it, its oldest are removed; -1 means "
+        "no limit."),
+    Key("mqgate.destination.DMQ.truncateBody", Bool(), "false",
+        "Keep only the headers and properties of a message moved to mq.sys.dmq, not "
+        "its body."),
+    Key("mqgate.destination.logDeadMsgs", Bool(), "false",
+        "Log one line per dead message: its id, the destination it left and why (never "
+        "its body)."),
+    Key("mqgate.message.expiration.interval", Seconds(0, 86400), "60",
+        "Seconds between two passes of the reaper removing expired messages from the "
+        "queues (to mq.sys.dmq); 0 turns the reaper off (an expired message is still "
+        "never delivered)."),
     Key("mqgate.destination.default_type", Choice(("queue", "topic")), "queue",
         "What a bare address name (no queue:// or topic://) means."),
     Key("mqgate.message.max_size", Size(), "70m",

@@ -18,6 +18,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from mqgate.core.dead import DMQ_NAME, DeadLetters, dmq_limits
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, canonical,
     check_name, is_pattern, resolve)
@@ -87,6 +88,15 @@ class CoreConfig:
         destination name or topic pattern.
     @ivar max_topic_levels: C{mqgate.topic.max_levels}: levels of a topic name or
         pattern.
+    @ivar max_bytes_per_msg, max_num_producers, consumer_flow_limit, use_dmq: the
+        C{mqgate.autocreate.destination.*} defaults of the other destination
+        properties (S2.3, FACTS 1.6); -1 means no limit.
+    @ivar max_delivery_count: C{mqgate.destination.max_delivery_count}: failed
+        deliveries after which a message is dead (S2.4); 0 means no limit.
+    @ivar dmq_max_num_msgs, dmq_max_total_msg_bytes: the dead message queue's limits
+        (C{mqgate.destination.DMQ.*}); it removes its oldest past them.
+    @ivar dmq_truncate_body: C{mqgate.destination.DMQ.truncateBody}.
+    @ivar log_dead_messages: C{mqgate.destination.logDeadMsgs}.
     """
 
     autocreate_queue: bool = True
@@ -101,6 +111,15 @@ class CoreConfig:
     max_destinations: int = 100000
     max_name_length: int = 255
     max_topic_levels: int = 32
+    max_bytes_per_msg: int = -1
+    max_num_producers: int = -1
+    consumer_flow_limit: int = -1
+    use_dmq: bool = True
+    max_delivery_count: int = 10
+    dmq_max_num_msgs: int = 1000
+    dmq_max_total_msg_bytes: int = 10 << 20
+    dmq_truncate_body: bool = False
+    log_dead_messages: bool = False
 
     def __post_init__(self):
         if self.default_type not in (QUEUE, TOPIC):
@@ -122,7 +141,11 @@ class CoreConfig:
     @property
     def limits(self):
         """The L{Limits} every destination is made with (S2.5: auto-create limits)."""
-        return Limits(self.max_num_msgs, self.max_total_msg_bytes, self.limit_behavior)
+        return Limits(self.max_num_msgs, self.max_total_msg_bytes, self.limit_behavior,
+                      max_message_bytes=self.max_bytes_per_msg,
+                      max_producers=self.max_num_producers,
+                      consumer_flow_limit=self.consumer_flow_limit,
+                      use_dmq=self.use_dmq, max_delivery_count=self.max_delivery_count)
 
 
 class Unauthorized(ProtocolError):
@@ -179,12 +202,15 @@ class Producer:
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
                  "_callbacks", "_system", "_held", "_releasing", "_backlog",
-                 "on_revoked")
+                 "on_revoked", "_defaults")
 
     log = Logger(namespace="mqgate.core")
 
-    def __init__(self, address, destination, route, next_seq, system, backlog=None):
+    def __init__(self, address, destination, route, next_seq, system, backlog=None,
+                 defaults=Limits()):
         self.address = address
+        # The limits of a topic that was given none (S2.3 maxBytesPerMsg).
+        self._defaults = defaults
         self.closed = False
         self._system = system
         if destination is not None:
@@ -239,6 +265,9 @@ class Producer:
             destination = self._route(message.to)
         elif destination.deleted:
             raise NotFound(f"destination {self.address} was deleted")
+        limits = destination.limits or self._defaults
+        if message.size > limits.max_message_bytes:
+            limits.check_message(message.size, canonical_of(destination))
         if destination.full:
             _refuse_if_rejecting(destination)
         if message.seq is None:
@@ -548,6 +577,31 @@ class Broker:
         self._limits = config.limits
         self._system = config.system_limits
         self._destinations_refused = False
+        # S2.4: the dead message queue, a system queue made with the broker.
+        # Made before recovery, and not stored as a destination (the broker makes it
+        # at every start); what an operator sets on it is (update dst).
+        dmq = self.dmq = Queue(
+            DMQ_NAME, clock, system=self._system,
+            limits=dmq_limits(config.dmq_max_num_msgs, config.dmq_max_total_msg_bytes))
+        if persistence is not None:
+            dmq.store = persistence.queue_store(QUEUE, DMQ_NAME)
+        self.dead_letters = dmq.dead_letters = DeadLetters(
+            dmq, clock, self.next_seq, persistence=persistence,
+            truncate_body=config.dmq_truncate_body, log_dead=config.log_dead_messages)
+
+    def every_queue(self):
+        """Every queue: plain ones and topic subscriptions (the expiry reaper's pass)."""
+        return list(itertools.chain(self._queues.values(), self._index, (self.dmq,)))
+
+    def system_queues(self):
+        """The broker's own queues (the DMQ): not among L{queues}, nor counted against
+        C{mqgate.system.max_destinations}; found by name like any queue."""
+        return [self.dmq]
+
+    def set_annotate(self, annotate):
+        """How dead messages get their annotations: C{annotate(payload, annotations,
+        keep_body) -> payload} (the glue's; see L{DeadLetters})."""
+        self.dead_letters._annotate = annotate
 
     # -- attach -----------------------------------------------------------------------
 
@@ -566,13 +620,19 @@ class Broker:
         """
         if address is None:
             return Producer(None, None, self._route, self._next_seq, self._system,
-                            backlog)
+                            backlog, self._limits)
         kind, name = self._resolve(address, capabilities)
         if self.reserved is not None:
             self.reserved(kind, name, "produce")
         destination = self._destination(kind, name)
+        limit = self.limits_of(destination).max_producers
+        if 0 <= limit <= destination.producers:
+            raise ResourceLimitExceeded(
+                f"{kind} {name!r} has {destination.producers} producers, as many as its"
+                f" maxNumProducers={limit} allows; try again once one has gone (an"
+                f" administrator can raise it: update dst -o maxNumProducers=N)")
         return Producer(canonical(kind, name), destination, None, self._next_seq,
-                        self._system, backlog)
+                        self._system, backlog, self._limits)
 
     def open_consumer(self, address, target, *, capabilities=(), presettled=False,
                       durable_name=None, container_id=None, dynamic=False, selector=None,
@@ -660,6 +720,8 @@ class Broker:
     def create_queue(self, name):
         """Create the queue C{name} (admin, or configuration with auto-creation off);
         return the existing one if there is one."""
+        if name == DMQ_NAME:
+            return self.dmq
         queue = self._queues.get(name)
         return queue if queue is not None else self._create(QUEUE, name)
 
@@ -679,7 +741,8 @@ class Broker:
         the rules. A dict lookup: cheap enough for every message.
         """
         if kind == QUEUE:
-            return name not in self._queues and self.config.autocreate_queue
+            return (name not in self._queues and name != DMQ_NAME
+                    and self.config.autocreate_queue)
         return (name not in self._topics and self.config.autocreate_topic
                 and not is_pattern(name))
 
@@ -688,6 +751,8 @@ class Broker:
         try:
             return self._queues[name]
         except KeyError:
+            if name == DMQ_NAME:
+                return self.dmq
             raise NotFound(f"no queue {name!r}") from None
 
     def topic(self, name):
@@ -907,6 +972,8 @@ class Broker:
         destination = table.get(name)
         if destination is not None:
             return destination
+        if kind == QUEUE and name == DMQ_NAME:
+            return self.dmq
         allowed = (self.config.autocreate_queue if kind == QUEUE
                    else self.config.autocreate_topic)
         if not allowed:
@@ -963,7 +1030,8 @@ class Broker:
         if kind == QUEUE:
             destination = self._queues[name] = Queue(name, self.clock, temporary=temporary,
                                                      limits=self._limits,
-                                                     system=self._system)
+                                                     system=self._system,
+                                                     dead_letters=self.dead_letters)
         else:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
@@ -1051,7 +1119,8 @@ class Broker:
         name = f"mqgate.sub.{next(self._subscription_ids)}"
         topic = self._topics.get(pattern)
         queue = Queue(name, self.clock, pattern=pattern, selector=selector,
-                      limits=self._subscription_limits(topic), system=self._system)
+                      limits=self._subscription_limits(topic), system=self._system,
+                      dead_letters=self.dead_letters)
         self._index.add(queue)
         self._paused_like(topic, queue)
         return queue
@@ -1088,7 +1157,8 @@ class Broker:
         topic = self._topics.get(pattern)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
                       durable_key=key, selector=selector,
-                      limits=self._subscription_limits(topic), system=self._system)
+                      limits=self._subscription_limits(topic), system=self._system,
+                      dead_letters=self.dead_letters)
         self._paused_like(topic, queue)
         queue.owner = owner
         persistence = self.persistence

@@ -10,6 +10,8 @@ closing the consumer can put them back at the head of the queue in that same ord
 marked redelivered.
 """
 
+from mqgate.core.dead import REJECTED as DEAD_REJECTED
+from mqgate.core.dead import UNDELIVERABLE
 from mqgate.errors import LocalProtocolError
 
 ACCEPTED = "accepted"
@@ -69,7 +71,7 @@ class Consumer:
     """
 
     __slots__ = ("address", "presettled", "credit", "target", "queue", "closed",
-                 "selector", "_unsettled", "_in_ready", "_on_close")
+                 "selector", "_unsettled", "_in_ready", "_on_close", "_withheld")
 
     def __init__(self, address, queue, target, *, presettled=False, selector=None,
                  on_close=None):
@@ -85,6 +87,8 @@ class Consumer:
         # True while this consumer sits in its queue's ready deque (or is being served).
         self._in_ready = False
         self._on_close = on_close
+        # Credit the glue gave that consumerFlowLimit keeps back for now (S2.3).
+        self._withheld = 0
 
     def __repr__(self):
         return (f"<Consumer {self.address} credit={self.credit}"
@@ -104,7 +108,15 @@ class Consumer:
         if self.closed:
             return
         had_credit = self.credit > 0
-        self.credit = credit if credit > 0 else 0
+        credit = credit if credit > 0 else 0
+        limit = self.queue.limits.consumer_flow_limit
+        if limit > 0:
+            # S2.3 consumerFlowLimit: no more than that unsettled (or granted) at once;
+            # what it keeps back is given as settlements make room (_flow_room).
+            allowed = max(0, limit - len(self._unsettled))
+            self._withheld = credit - allowed if credit > allowed else 0
+            credit = min(credit, allowed)
+        self.credit = credit
         if self.credit:
             self.queue.offer(self, had_credit)
 
@@ -122,14 +134,17 @@ class Consumer:
         return given_up
 
     def settle(self, delivery, outcome=ACCEPTED, *, delivery_failed=False,
-               undeliverable_here=False):
+               undeliverable_here=False, reason=DEAD_REJECTED):
         """Settle a delivery with an AMQP outcome.
 
-        ACCEPTED and REJECTED remove the message, from the store too (a rejected one
-        is counted as dropped; dead-lettering, S2.4, comes later). RELEASED puts it
-        back at the head of its queue unchanged. MODIFIED puts it back too, with the
-        delivery count raised when C{delivery_failed}; with C{undeliverable_here} it
-        waits for another consumer.
+        ACCEPTED removes the message, from the store too. REJECTED makes it dead: it
+        goes to the dead message queue for C{reason} (S2.4; the glue says
+        L{mqgate.core.dead.UNRENDERABLE} for a message its protocol cannot carry).
+        RELEASED puts it back at the head of its queue unchanged. MODIFIED puts it
+        back too, with the delivery count raised when C{delivery_failed} or
+        C{undeliverable_here} (each is a failed delivery); with C{undeliverable_here} it
+        waits for another consumer. A message whose delivery count reaches its
+        destination's C{maxDeliveryCount} is dead instead (S2.4).
         Settling an unknown or already settled delivery does nothing (FACTS 3.3).
         """
         if outcome not in OUTCOMES:
@@ -151,8 +166,12 @@ class Consumer:
         elif outcome == RELEASED:
             queue.requeue(delivery)
         elif outcome == MODIFIED:
-            if delivery_failed:
+            if delivery_failed or undeliverable_here:
                 delivery.delivery_count += 1
+                if _too_often(queue, delivery):
+                    queue.dead_delivery(delivery, UNDELIVERABLE)
+                    self._flow_room()
+                    return
                 if queue.store is not None and delivery.message.durable:
                     queue.store.count(delivery.message, delivery.delivery_count)
             if undeliverable_here:
@@ -161,9 +180,21 @@ class Consumer:
                 queue.requeue(delivery)
         else:   # REJECTED
             queue.rejected += 1
-            queue.dropped += 1
-            if queue.store is not None and delivery.message.durable:
-                queue.store.remove(delivery.message)
+            queue.dead_delivery(delivery, reason)
+        self._flow_room()
+
+    def _flow_room(self):
+        # A settlement made room under consumerFlowLimit: give what was kept back.
+        withheld = self._withheld
+        if not withheld or self.closed:
+            return
+        room = self.queue.limits.consumer_flow_limit - len(self._unsettled) - self.credit
+        if room > 0:
+            extra = min(room, withheld)
+            self._withheld = withheld - extra
+            had_credit = self.credit > 0
+            self.credit += extra
+            self.queue.offer(self, had_credit)
 
     def close(self, *, remove=False):
         """Detach: requeue what is in flight and release what this consumer owned.
@@ -180,14 +211,30 @@ class Consumer:
         self.credit = 0
         pending = list(self._unsettled)
         self._unsettled.clear()
-        store = self.queue.store
+        queue = self.queue
+        store = queue.store
+        dead = []
         for delivery in pending:
             delivery.delivery_count += 1
             # The delivery waits in the queue, maybe for long (a detached durable
             # subscription): do not let it keep this consumer and its target alive.
             delivery.consumer = None
-            if store is not None and delivery.message.durable:
+            if _too_often(queue, delivery):
+                dead.append(delivery)
+            elif store is not None and delivery.message.durable:
                 store.count(delivery.message, delivery.delivery_count)
-        self.queue.detach(self, pending)
+        if dead:
+            # S2.4: delivered as often as its destination allows; it goes no further.
+            pending = [d for d in pending if not _too_often(queue, d)]
+            for delivery in dead:
+                queue.settled(delivery.message.size)
+                queue.dead_delivery(delivery, UNDELIVERABLE)
+        queue.detach(self, pending)
         if self._on_close is not None:
             self._on_close(self, remove)
+
+
+def _too_often(queue, delivery):
+    # S2.4: a delivery count at the destination's maxDeliveryCount (0: no limit).
+    limit = queue.limits.max_delivery_count
+    return 0 < limit <= delivery.delivery_count

@@ -61,7 +61,8 @@ from twisted.logger import Logger
 
 from mqgate.core.addresses import topic_matches
 from mqgate.core.deliveries import Delivery
-from mqgate.core.limits import FLOW_CONTROL, UNLIMITED, SystemLimits
+from mqgate.core.dead import EXPIRED, LOW_PRIORITY, OLDEST
+from mqgate.core.limits import FLOW_CONTROL, REMOVE_OLDEST, UNLIMITED, SystemLimits
 from mqgate.core.message import MAX_PRIORITY
 from mqgate.core.selectors import message_field
 
@@ -119,7 +120,7 @@ class _Operated:
 
 
 _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejected",
-                   "expired", "bytes_in", "bytes_out", "peak_held")
+                   "expired", "bytes_in", "bytes_out", "peak_held", "dead", "removed")
 
 
 class Queue(_Operated):
@@ -158,10 +159,11 @@ class Queue(_Operated):
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
                  "_in_flight", "_flight_bytes", "store", "_system",
-                 "attached", "pause", "holding") + _QUEUE_COUNTERS
+                 "attached", "pause", "holding",
+                 "dead_letters", "_expiring", "_ticket") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
-                 temporary=False, limits=UNLIMITED, system=None):
+                 temporary=False, limits=UNLIMITED, system=None, dead_letters=None):
         self.name = name
         self.pattern = pattern
         self.durable_key = durable_key
@@ -198,6 +200,12 @@ class Queue(_Operated):
         self.store = None
         # The broker's totals (S2.2); a queue made on its own counts only for itself.
         self._system = SystemLimits() if system is None else system
+        # S2.4: where its dead messages go (None: dropped); and S2.9 its expiry index,
+        # a heap of (expiry, ticket, message) of the messages with an expiry that waited
+        # here (some may have left since: the reaper checks), with a tie-breaker.
+        self.dead_letters = dead_letters
+        self._expiring = []
+        self._ticket = 0
         self._init_operated()
 
     def __repr__(self):
@@ -330,6 +338,10 @@ class Queue(_Operated):
         self._count += 1
         if priority > self._hi:
             self._hi = priority
+        if message.expiry is not None:
+            self._index_expiry(message)
+        if self.full and limits.removes:
+            self._make_room(message)
         if ready and not self._dispatching:
             self.dispatch()
 
@@ -544,6 +556,10 @@ class Queue(_Operated):
         self._count += 1
         if priority > self._hi:
             self._hi = priority
+        if message.expiry is not None:
+            self._index_expiry(message)
+        if self.full and self.limits.removes:
+            self._make_room(message)
         if self._dispatching:
             self._rescan = True
 
@@ -765,23 +781,136 @@ class Queue(_Operated):
     def set_limits(self, limits):
         """Apply new L{Limits} now: the queue becomes full at once if it holds as much
         as they allow, and its producers go on if it is now under their low-water
-        mark."""
+        mark. A REMOVE_* queue over its limits removes what is over at once."""
         self.limits = limits
         if self.held > limits.full_count or self._bytes >= limits.full_bytes:
             self.full = True
+            if limits.removes:
+                self._make_room()
         elif self.full:
             self._ease()
 
     # -- limits (S2.3, S2.7) ----------------------------------------------------------
 
     def _expire(self, message):
+        # Taken out of the deques (or never put there) by the caller: it expired.
         self.expired += 1
         self._system.count -= 1
         self._add_bytes(-message.size)
-        if message.durable and self.store is not None:
-            self.store.remove(message)
+        self._died(message, EXPIRED)
         if self.full:
             self._ease()
+
+    def _died(self, message, reason):
+        # S2.4: no longer counted here (the caller counted why it left); to the DMQ
+        # (or nowhere), in the store too.
+        if self.dead_letters is not None:
+            self.dead_letters.take(self, message, reason)
+            return
+        if message.durable and self.store is not None:
+            self.store.remove(message)
+
+    def dead_delivery(self, delivery, reason):
+        """A settled delivery's message is dead (rejected, delivered too often): it
+        leaves for good, to the DMQ (S2.4). The settlement already took it out of the
+        queue's counts (L{settled})."""
+        if self._dropped_if_deleted(1):
+            return
+        self.dropped += 1
+        self._died(delivery.message, reason)
+
+    def _make_room(self, newest=None):
+        # S2.3 REMOVE_OLDEST / REMOVE_LOW_PRIORITY: remove waiting messages (in flight
+        # ones cannot be) until what the queue holds is within its limits again. Runs
+        # only when a publish filled the queue; each removal looks at the heads of the
+        # ten priority levels, no more. REMOVE_OLDEST never removes the message just
+        # published (C{newest}): with the others all in flight, the queue holds one
+        # more than its limit for a while, as a ring queue does.
+        limits = self.limits
+        oldest = limits.behavior == REMOVE_OLDEST
+        reason = OLDEST if oldest else LOW_PRIORITY
+        levels = self._levels
+        while self._count and (self.held > limits.max_count >= 0
+                               or self._bytes > limits.max_bytes >= 0):
+            if oldest:
+                level = min((lv for lv in levels if lv), key=lambda lv: _arrival(lv[0]))
+                if level[0] is newest:
+                    break
+            else:
+                level = next(lv for lv in levels if lv)
+            entry = level.popleft()
+            self._count -= 1
+            if not level and self._hi >= 0 and level is levels[self._hi]:
+                self._lower_hi()
+            message = _message_of(entry)
+            self.removed += 1
+            self.dropped += 1
+            self._system.count -= 1
+            self._add_bytes(-message.size)
+            self._died(message, reason)
+        # Nobody waits for a removing queue (producers may, from before a change of
+        # its limit behaviour: they go on).
+        self._unblock()
+        self.full = self.held > limits.full_count or self._bytes >= limits.full_bytes
+
+    def reap(self, now):
+        """Remove the waiting messages that expired by C{now} (S2.2's reaper, S2.9);
+        return how many. Costs nothing while the earliest expiry is in the future; a
+        pass over the queue's waiting messages only when some expired."""
+        expiring = self._expiring
+        if not expiring or expiring[0][0] > now:
+            return 0
+        due = {}
+        while expiring and expiring[0][0] <= now:
+            message = heapq.heappop(expiring)[2]
+            due[id(message)] = message
+
+        def is_due(message):
+            # By identity: an id is only unique among live objects.
+            return due.get(id(message)) is message
+
+        removed = []
+        levels = self._levels
+        for priority, level in enumerate(levels):
+            if level and any(is_due(_message_of(e)) for e in level):
+                kept = deque()
+                for entry in level:
+                    (removed if is_due(_message_of(entry)) else kept).append(entry)
+                levels[priority] = kept
+        if self._parked:
+            gone = [d for d in self._parked if is_due(d.message)]
+            if gone:
+                self._parked = [d for d in self._parked if not is_due(d.message)]
+                removed.extend(gone)
+        if not removed:
+            self._prune_expiring()
+            return 0
+        self._count = sum(len(level) for level in levels)
+        self._hi = max((p for p, level in enumerate(levels) if level), default=-1)
+        for entry in removed:
+            self._expire(_message_of(entry))
+        self._prune_expiring()
+        return len(removed)
+
+    def _prune_expiring(self):
+        # Messages that left (delivered, purged) stay in the heap until their expiry
+        # passes; rebuilt from what waits once it is twice as large, so it stays
+        # bounded by the queue's depth (design rule 4), at an amortised O(1).
+        if len(self._expiring) <= 2 * self.depth + 64:
+            return
+        entries = [_message_of(e) for level in self._levels for e in level]
+        entries.extend(d.message for d in self._parked)
+        self._expiring = [(m.expiry, n, m) for n, m in enumerate(entries)
+                          if m.expiry is not None]
+        self._ticket = len(entries)
+        heapq.heapify(self._expiring)
+
+    def _index_expiry(self, message):
+        # The ticket keeps heap entries apart (messages do not compare).
+        self._ticket += 1
+        heapq.heappush(self._expiring, (message.expiry, self._ticket, message))
+        if len(self._expiring) > 2 * self.depth + 64:
+            self._prune_expiring()
 
     def _ease(self):
         # Called when something left a full queue: below the low-water mark, it is no
@@ -866,6 +995,8 @@ class Queue(_Operated):
                     now = self._seconds()
                 message.arrived = now
             self._add_bytes(message.size)
+            if message.expiry is not None:
+                self._index_expiry(message)
             priority = message.priority
             levels[priority].appendleft(delivery)
             if priority > self._hi:

@@ -12,14 +12,20 @@ from twisted.logger import Logger
 
 from mqgate.errors import ProtocolError
 
-__all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "LIMIT_BEHAVIORS", "Limits", "UNLIMITED",
+__all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "REMOVE_OLDEST", "REMOVE_LOW_PRIORITY",
+           "LIMIT_BEHAVIORS", "REMOVING", "Limits", "UNLIMITED",
            "ResourceLimitExceeded", "StoreBacklog", "SystemLimits", "limits_attributes",
            "limits_from_attributes"]
 
 #: What a full destination does to its producers (S2.3; FACTS 1.6 names the others).
 FLOW_CONTROL = "FLOW_CONTROL"
 REJECT_NEWEST = "REJECT_NEWEST"
-LIMIT_BEHAVIORS = (FLOW_CONTROL, REJECT_NEWEST)
+REMOVE_OLDEST = "REMOVE_OLDEST"
+REMOVE_LOW_PRIORITY = "REMOVE_LOW_PRIORITY"
+LIMIT_BEHAVIORS = (FLOW_CONTROL, REJECT_NEWEST, REMOVE_OLDEST, REMOVE_LOW_PRIORITY)
+#: The behaviours that make room by removing waiting messages (to the DMQ, S2.4):
+#: such a queue never holds its producers back nor refuses them.
+REMOVING = (REMOVE_OLDEST, REMOVE_LOW_PRIORITY)
 
 # A queue that filled up under FLOW_CONTROL lets its producers go again once it is down
 # to 90 % of its limit: waking them at the limit itself would block them again after one
@@ -37,33 +43,79 @@ class ResourceLimitExceeded(ProtocolError):
 
 
 class Limits:
-    """How much one queue may hold, and what happens when it is full (S2.3).
+    """What one queue may hold, and what happens when it is full (S2.3); with the other
+    per-destination properties (FACTS 1.6) that are not about its size.
 
     @ivar max_count: messages held (waiting plus in flight); -1 means no limit.
     @ivar max_bytes: bytes of the messages held (waiting plus in flight); -1 means no
         limit.
-    @ivar behavior: L{FLOW_CONTROL} or L{REJECT_NEWEST}.
+    @ivar behavior: one of L{LIMIT_BEHAVIORS}.
+    @ivar max_message_bytes: the largest message the destination takes
+        (C{maxBytesPerMsg}); -1 means no limit beyond the broker's.
+    @ivar max_producers: producers attached to the destination by name
+        (C{maxNumProducers}); -1 means no limit.
+    @ivar consumer_flow_limit: deliveries one consumer may hold unsettled (or be
+        granted at once) from the destination (C{consumerFlowLimit}); -1 means what
+        the client's credit says.
+    @ivar use_dmq: messages removed or dead go to the dead message queue (C{useDMQ},
+        S2.4); C{False}: they are dropped (and counted).
+    @ivar max_delivery_count: failed deliveries after which a message is dead
+        (C{maxDeliveryCount}); 0 means no limit.
     """
 
     __slots__ = ("max_count", "max_bytes", "behavior", "full_count", "full_bytes",
-                 "low_count", "low_bytes")
+                 "low_count", "low_bytes", "removes", "max_message_bytes",
+                 "max_producers", "consumer_flow_limit", "use_dmq",
+                 "max_delivery_count")
 
-    def __init__(self, max_count=-1, max_bytes=-1, behavior=FLOW_CONTROL):
+    def __init__(self, max_count=-1, max_bytes=-1, behavior=FLOW_CONTROL, *,
+                 max_message_bytes=-1, max_producers=-1, consumer_flow_limit=-1,
+                 use_dmq=True, max_delivery_count=0):
         if behavior not in LIMIT_BEHAVIORS:
             raise ValueError(f"limit behavior {behavior!r} is not one of {LIMIT_BEHAVIORS}")
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.behavior = behavior
+        self.removes = behavior in REMOVING
         # Precomputed thresholds, so publishing only compares. full_count is one less
         # than the limit because the queue compares what it held before the message.
         self.full_count = _UNLIMITED if max_count < 0 else max_count - 1
         self.full_bytes = _UNLIMITED if max_bytes < 0 else max_bytes
         self.low_count = _low_water(max_count, behavior)
         self.low_bytes = _low_water(max_bytes, behavior)
+        self.max_message_bytes = _UNLIMITED if max_message_bytes < 0 else max_message_bytes
+        self.max_producers = max_producers
+        self.consumer_flow_limit = consumer_flow_limit if consumer_flow_limit > 0 else -1
+        self.use_dmq = bool(use_dmq)
+        self.max_delivery_count = max(0, max_delivery_count)
 
     def __repr__(self):
         return (f"<Limits max_count={self.max_count} max_bytes={self.max_bytes}"
                 f" {self.behavior}>")
+
+    def replace(self, **changes):
+        """A copy with C{changes} (keyword names of L{__init__}) applied."""
+        values = dict(max_count=self.max_count, max_bytes=self.max_bytes,
+                      behavior=self.behavior,
+                      max_message_bytes=-1 if self.max_message_bytes == _UNLIMITED
+                      else self.max_message_bytes,
+                      max_producers=self.max_producers,
+                      consumer_flow_limit=self.consumer_flow_limit,
+                      use_dmq=self.use_dmq, max_delivery_count=self.max_delivery_count)
+        values.update(changes)
+        return Limits(values.pop("max_count"), values.pop("max_bytes"),
+                      values.pop("behavior"), **values)
+
+    def check_message(self, size, destination):
+        """Refuse a message of C{size} bytes larger than C{maxBytesPerMsg}.
+
+        @raise ResourceLimitExceeded: naming the limit and C{destination}.
+        """
+        if size > self.max_message_bytes:
+            raise ResourceLimitExceeded(
+                f"a message of {size} bytes is larger than {destination} accepts"
+                f" ({self.max_message_bytes} bytes, maxBytesPerMsg); it was not"
+                " accepted")
 
 
 def _low_water(limit, behavior):
@@ -80,12 +132,22 @@ UNLIMITED = Limits()
 # with a destination an operator created or updated (S11.1).
 _MAX_NUM_MSGS, _MAX_TOTAL_MSG_BYTES, _LIMIT_BEHAVIOR = (
     "maxNumMsgs", "maxTotalMsgBytes", "limitBehavior")
+# The other properties, by their FACTS 1.6 names (maxDeliveryCount is mqgate's), and
+# the keyword of Limits each one sets.
+_OTHER_ATTRIBUTES = {
+    "maxBytesPerMsg": "max_message_bytes", "maxNumProducers": "max_producers",
+    "consumerFlowLimit": "consumer_flow_limit", "useDMQ": "use_dmq",
+    "maxDeliveryCount": "max_delivery_count"}
 
 
 def limits_attributes(limits):
     """C{limits} as the JSON-able attributes stored with a destination."""
-    return {_MAX_NUM_MSGS: limits.max_count, _MAX_TOTAL_MSG_BYTES: limits.max_bytes,
-            _LIMIT_BEHAVIOR: limits.behavior}
+    attributes = {_MAX_NUM_MSGS: limits.max_count, _MAX_TOTAL_MSG_BYTES: limits.max_bytes,
+                  _LIMIT_BEHAVIOR: limits.behavior}
+    for name, keyword in _OTHER_ATTRIBUTES.items():
+        value = getattr(limits, keyword)
+        attributes[name] = -1 if value == _UNLIMITED else value
+    return attributes
 
 
 def limits_from_attributes(attributes, default):
@@ -99,7 +161,14 @@ def limits_from_attributes(attributes, default):
     for value in (count, size):
         if value < -1 or value == 0:
             raise ValueError(f"limit {value} is neither -1 (no limit) nor positive")
-    return Limits(count, size, attributes.get(_LIMIT_BEHAVIOR, default.behavior))
+    others = {keyword: attributes[name] for name, keyword in _OTHER_ATTRIBUTES.items()
+              if name in attributes}
+    for keyword, value in others.items():
+        if keyword != "use_dmq":
+            others[keyword] = int(value)
+    return default.replace(max_count=count, max_bytes=size,
+                           behavior=attributes.get(_LIMIT_BEHAVIOR, default.behavior),
+                           **others)
 
 
 class SystemLimits:

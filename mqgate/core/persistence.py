@@ -37,6 +37,8 @@ Keys: the same text as L{mqgate.store.interfaces.destination_key} and C{durable_
 agree).
 """
 
+import struct
+
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -48,6 +50,28 @@ __all__ = ["Persistence", "QueueStore", "StorageFailed", "RecoverySummary",
            "durable_key", "stored_on"]
 
 _DURABLE_PREFIX = "durable://"
+
+# A stored record that carries the message's absolute expiry (S2.9) starts with this
+# magic and the expiry in milliseconds (-1: never), then the glue's bytes. An encoded
+# AMQP message starts with 0x00 (a described section), so records without it (all of
+# them before mqgate kept expiry, and those of messages that never expire) are read as
+# they always were.
+_EXPIRY_MAGIC = b"\xffMQE"
+_EXPIRY = struct.Struct(">q")
+_EXPIRY_HEADER = len(_EXPIRY_MAGIC) + _EXPIRY.size
+
+
+def _with_expiry(data, expiry):
+    millis = -1 if expiry is None else int(round(expiry * 1000))
+    return _EXPIRY_MAGIC + _EXPIRY.pack(millis) + bytes(data)
+
+
+def _split_expiry(data):
+    # (the glue's bytes, expiry in clock seconds or None, whether the record said).
+    if bytes(data[:len(_EXPIRY_MAGIC)]) != _EXPIRY_MAGIC:
+        return data, None, False
+    (millis,) = _EXPIRY.unpack_from(data, len(_EXPIRY_MAGIC))
+    return data[_EXPIRY_HEADER:], None if millis < 0 else millis / 1000.0, True
 
 
 def durable_key(container_id, name):
@@ -101,7 +125,7 @@ class QueueStore:
         """Store C{message}; a Deferred that fires when it is stored, or errbacks with
         L{StorageFailed}."""
         p = self._persistence
-        d = self._store.add_message(self.key, message.seq, p.encode(message))
+        d = self._store.add_message(self.key, message.seq, p.record(message))
         d.addErrback(p.add_failed, self.key, message.seq)
         return d
 
@@ -169,6 +193,16 @@ class Persistence:
         self._restoring = False
 
     # -- what the broker calls ---------------------------------------------------------
+
+    def record(self, message, keep_expiry=False):
+        """The bytes stored for C{message}: the glue's encoding, after the absolute
+        expiry when it has one (or C{keep_expiry}: a dead message copy, whose "never"
+        must not be worked out again from its header at recovery), so that a
+        time-to-live does not start counting again after a restart (S2.9)."""
+        data = self.encode(message)
+        if message.expiry is None and not keep_expiry:
+            return data
+        return _with_expiry(data, message.expiry)
 
     def queue_store(self, kind, name):
         """The L{QueueStore} of destination C{(kind, name)}."""
@@ -268,6 +302,8 @@ class Persistence:
                 summary.destinations += 1
                 self._restore_attributes(broker, stored, summary)
             queues = {canonical(QUEUE, name): broker.queue(name) for name in broker.queues()}
+            for queue in broker.system_queues():   # the DMQ (S2.4)
+                queues[canonical(QUEUE, queue.name)] = queue
             for stored in recovered.durables:
                 try:
                     queue = broker.restore_durable(stored.container_id, stored.name,
@@ -321,7 +357,10 @@ class Persistence:
 
     def _message(self, stored, summary):
         try:
-            message = self.decode(stored.data)
+            data, expiry, kept = _split_expiry(stored.data)
+            message = self.decode(data)
+            if kept:
+                message.expiry = expiry   # absolute, as it was when stored (S2.9)
         except Exception as e:   # a record that passed its checksum but does not parse
             summary.warnings.append(f"stored message {stored.message_id} of "
                                     f"{stored.destination!r} is unreadable ({e}); removed")

@@ -30,7 +30,8 @@ import itertools
 from twisted.internet import defer
 
 from mqgate.core.broker import (
-    ACCEPTED, MODIFIED, RELEASED, Requester, StoreBacklog, Unauthorized)
+    ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog, Unauthorized)
+from mqgate.core.dead import UNRENDERABLE
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
@@ -150,9 +151,10 @@ class _Subscription:
         ack_id = session.next_ack_id()
         written = self._frame(delivery, discarded, ack_id)
         if written is None:
-            # Not even an empty frame could be written: another consumer may have it.
+            # Not even an empty frame could be written: STOMP cannot carry it, so it is
+            # dead (S2.4), to mq.sys.dmq where an AMQP consumer can read it.
             if self.ack != "auto":
-                self.consumer.settle(delivery, MODIFIED, undeliverable_here=True)
+                self.consumer.settle(delivery, REJECTED, reason=UNRENDERABLE)
             return 0
         if not written:
             # The connection no longer takes messages: hand it back untouched.

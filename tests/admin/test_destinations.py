@@ -89,7 +89,10 @@ def test_query_shows_limits_and_counters(broker):
     assert reply.data["messages_in"] == 1 and reply.data["waiting"] == 1
     assert reply.data["limits"] == {"maxNumMsgs": 100000,
                                     "maxTotalMsgBytes": 1 << 30,
-                                    "limitBehavior": "FLOW_CONTROL"}
+                                    "limitBehavior": "FLOW_CONTROL",
+                                    "maxBytesPerMsg": -1, "maxNumProducers": -1,
+                                    "consumerFlowLimit": -1, "useDMQ": True,
+                                    "maxDeliveryCount": 10}
     assert "maxNumMsgs" in reply.text and "Current Number of Messages" in reply.text
 
 
@@ -157,8 +160,9 @@ def test_a_bad_property_is_refused_naming_it_and_nothing_is_applied(broker):
     for pair, why in (("maxNumMsgs=0", "maxNumMsgs=0"),
                       ("maxNumMsgs=" + "9" * 30, "a whole number from 1 to"),
                       ("maxTotalMsgBytes=12x", "maxTotalMsgBytes=12x"),
-                      ("limitBehavior=REMOVE_OLDEST", "not supported"),
-                      ("maxNumProducers=5", "maxNumProducers is not supported"),
+                      ("limitBehavior=REMOVE_NEWEST", "give one of"),
+                      ("maxNumActiveConsumers=5", "maxNumActiveConsumers is not supported"),
+                      ("useDMQ=maybe", "give true or false"),
                       ("colour=blue", "unknown property 'colour'")):
         good = "maxNumMsgs=7" if pair.startswith("maxTotal") else "maxTotalMsgBytes=1m"
         with pytest.raises(BadRequest, match=why):
@@ -351,3 +355,36 @@ def test_durables_list_purge_and_destroy():
                    for key, value in store._ledger.messages.items())
     with pytest.raises(NotFoundError, match="no durable subscription 'sub'"):
         run(broker, "purge", "dur", "-n", "sub", "-c", "c1")
+
+
+def test_the_other_destination_properties_are_set_shown_and_checked(broker):
+    """create/update dst take maxBytesPerMsg, maxNumProducers, consumerFlowLimit,
+    useDMQ, maxDeliveryCount and the REMOVE_* behaviours; query dst shows them."""
+    run(broker, "create", "dst", "-t", "q", "-n", "props", "-o", "maxBytesPerMsg=16k",
+        "-o", "maxNumProducers=3", "-o", "consumerFlowLimit=50", "-o", "useDMQ=false",
+        "-o", "maxDeliveryCount=0", "-o", "limitBehavior=remove_low_priority")
+    limits = run(broker, "query", "dst", "-t", "q", "-n", "props").data["limits"]
+    assert limits == {"maxNumMsgs": 100000, "maxTotalMsgBytes": 1 << 30,
+                      "limitBehavior": "REMOVE_LOW_PRIORITY", "maxBytesPerMsg": 16384,
+                      "maxNumProducers": 3, "consumerFlowLimit": 50, "useDMQ": False,
+                      "maxDeliveryCount": 0}
+    run(broker, "update", "dst", "-t", "q", "-n", "props", "-o", "maxBytesPerMsg=-1",
+        "-o", "limitBehavior=REMOVE_OLDEST")
+    limits = broker.queue("props").limits
+    assert (limits.behavior, limits.use_dmq, limits.max_producers) == (
+        "REMOVE_OLDEST", False, 3)
+    assert run(broker, "query", "dst", "-t", "q", "-n", "props").data["limits"][
+        "maxBytesPerMsg"] == -1
+    with pytest.raises(BadRequest, match="maxDeliveryCount=-2"):
+        run(broker, "update", "dst", "-t", "q", "-n", "props", "-o", "maxDeliveryCount=-2")
+
+
+def test_the_dmq_takes_limits_but_never_flow_control(broker):
+    """update dst on mq.sys.dmq changes its limits; FLOW_CONTROL is refused for it,
+    naming why."""
+    run(broker, "update", "dst", "-t", "q", "-n", "mq.sys.dmq", "-o", "maxNumMsgs=5")
+    assert broker.queue("mq.sys.dmq").limits.max_count == 5
+    with pytest.raises(BadRequest, match="never hold the broker back"):
+        run(broker, "update", "dst", "-t", "q", "-n", "mq.sys.dmq",
+            "-o", "limitBehavior=FLOW_CONTROL")
+    assert broker.queue("mq.sys.dmq").limits.behavior == "REMOVE_OLDEST"

@@ -243,7 +243,7 @@ def test_default_limits_are_the_autocreate_defaults():
 
 
 @pytest.mark.parametrize("config, key", [
-    ({"limit_behavior": "REMOVE_OLDEST"}, "mqgate.autocreate.destination.limitBehavior"),
+    ({"limit_behavior": "REMOVE_NEWEST"}, "mqgate.autocreate.destination.limitBehavior"),
     ({"max_num_msgs": 0}, "mqgate.autocreate.destination.maxNumMsgs"),
     ({"max_total_msg_bytes": -2}, "mqgate.autocreate.destination.maxTotalMsgBytes"),
 ])
