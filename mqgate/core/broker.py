@@ -531,6 +531,9 @@ class Broker:
     on_destination = None
     reserved = None
     on_subscribe = None
+    #: The L{mqgate.core.memory.MemoryStates} the glues ask before they grant producer
+    #: credit or accept a message (S2.6), or C{None}: memory states are not watched.
+    memory = None
 
     def __init__(self, clock, config=CoreConfig(), persistence=None, audit=None):
         self.clock = clock
@@ -755,6 +758,11 @@ class Broker:
                       topics=len(self._topics), subscriptions=len(self._index),
                       system_count=self._system.count, system_bytes=self._system.bytes)
         return totals
+
+    def held(self):
+        """C{(messages, bytes)} the broker holds now, waiting or in flight, as
+        C{mqgate.system.*} count them (S2.2): what memory states measure (S2.6)."""
+        return self._system.count, self._system.bytes
 
     # -- operators (S11.1: the admin commands' side of the core) -----------------------
 

@@ -21,6 +21,10 @@ What STOMP means in broker terms:
   that filled it. Persistent SENDs waiting for the store hold the socket back the same
   way once the connection has as many waiting as its L{StoreBacklog} allows: without
   receipts nothing else would bound them.
+- memory states (S2.6, L{mqgate.core.memory}): at RED a SEND is not acted on, and the
+  socket is not read, until the state falls (its receipt comes then: nothing is lost,
+  nothing refused); below RED, every batch of the state's count of SENDs (5000, 500,
+  50) pauses the reading for one reactor turn, so that consumers are served in between.
 """
 
 import collections
@@ -31,6 +35,7 @@ from twisted.internet import defer
 
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, RELEASED, Requester, StoreBacklog, Unauthorized)
+from mqgate.core.memory import RED_LEVEL
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
@@ -240,6 +245,10 @@ _UNMAPPED_ALL = (UNMAPPED_HEADER, "message")
 
 #: What blocks a connection whose L{StoreBacklog} is over its bound (S2.7).
 _STORE = "the store"
+#: What blocks a connection while the memory state is RED, and for one turn after a
+#: batch of SENDs below it (S2.6).
+_MEMORY = "memory"
+_PACE = "memory pace"
 
 
 class StompBrokerSession(BrokerSession):
@@ -262,6 +271,7 @@ class StompBrokerSession(BrokerSession):
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
         self._produce = None   # the SENDs' access decisions (S4.5), once logged in
+        self._paced = 0        # SENDs since the reading last paused a turn (S2.6)
 
     def flows(self):
         """See L{BrokerSession.flows}: one consumer per SUBSCRIBE, a producer per
@@ -398,8 +408,28 @@ class StompBrokerSession(BrokerSession):
             self._check_size(event)
             self._hold(event.transaction, self._publish, event, _frame_size(event))
             self._receipt(event)
-        else:
+        elif not self._memory_holds(event):
             self._receipt_when_stored(event, self._publish(event))
+
+    def _memory_holds(self, event):
+        """S2.6: at RED, keep C{event} (and what follows it) until the state falls
+        (C{True}); every batch of SENDs, let the reactor serve others for a turn."""
+        memory = self.broker.memory
+        if memory is None:
+            return False
+        if memory.check() == RED_LEVEL:
+            if _MEMORY not in self._blocked:
+                self._block(_MEMORY)
+                memory.when_accepting(functools.partial(self._unblocked, _MEMORY))
+            self._waiting.append(event)
+            return True
+        self._paced += 1
+        if self._paced >= memory.batch:
+            self._paced = 0
+            if _PACE not in self._blocked:
+                self._block(_PACE)
+                self.clock.callLater(0, self._unblocked, _PACE)
+        return False
 
     def _receipt_when_stored(self, event, stored):
         """The RECEIPT of a frame whose persistent messages (C{stored}: a Deferred or
