@@ -209,3 +209,29 @@ def test_broker_held_feeds_the_states():
     consumer, target = consume(broker, "queue://q", credit=10)
     target.settle_all()
     assert memory.check() == 0
+
+
+def test_state_in_metrics_and_prometheus():
+    """metrics bkr's snapshot and Prometheus' /metrics carry the memory state and
+    its figures."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from mqgate.admin.requests import AdminContext
+    from mqgate.egress.clients import ClientRegistry
+    from mqgate.metrics.prometheus import exposition
+    from mqgate.metrics.snapshot import broker_snapshot
+
+    broker, _ = make_broker()
+    broker.memory = MemoryStates(MemoryConfig(limit=1000, overhead=0), broker.held)
+    producer = broker.open_producer("queue://q")
+    producer.send(BrokerMessage(b"x" * 950))
+    broker.memory.check()
+    context = AdminContext(broker, ClientRegistry(), None)
+    snap = broker_snapshot(context)
+    assert snap["memory_state"] == ORANGE and snap["memory_used_bytes"] == 950
+    body, _ = exposition(context)
+    samples = {s.name: s.value for f in text_string_to_metric_families(body.decode())
+               for s in f.samples}
+    assert samples["mqgate_memory_state"] == 2
+    assert samples["mqgate_memory_used_bytes"] == 950
+    assert samples["mqgate_memory_limit_bytes"] == 1000
