@@ -420,7 +420,9 @@ def build_broker(settings, reactor):
         max_message_size=settings["mqgate.message.max_size"],
         max_destinations=settings["mqgate.system.max_destinations"],
         max_name_length=settings["mqgate.destination.max_name_length"],
-        max_topic_levels=settings["mqgate.topic.max_levels"]),
+        max_topic_levels=settings["mqgate.topic.max_levels"],
+        max_active_consumers=settings["mqgate.autocreate.queue.maxNumActiveConsumers"],
+        max_backup_consumers=settings["mqgate.autocreate.queue.maxNumBackupConsumers"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.

@@ -486,6 +486,14 @@ KEYS = (
         "REJECT_NEWEST refuses each new message with amqp:resource-limit-exceeded. "
         "mqgate defaults to FLOW_CONTROL (OpenMQ: REJECT_NEWEST) because it loses "
         "nothing: back-pressure, not errors, slows a fast producer."),
+    # -- consumer modes of queues (FACTS 1.6, 1.7; docs/delivery.md) ---------------------
+    Key("mqgate.autocreate.queue.maxNumActiveConsumers", Int(-1), "-1",
+        "Consumers a queue delivers to at once; one more waits as a backup, receiving "
+        "nothing until an active one goes; -1 means no limit (0 is not allowed). "
+        "update dst -o maxNumActiveConsumers=N changes one queue's."),
+    Key("mqgate.autocreate.queue.maxNumBackupConsumers", Int(-1), "0",
+        "Consumers that may wait as backups beyond the active ones; one more is refused "
+        "with amqp:resource-limit-exceeded (STOMP: an ERROR frame); -1 means no limit."),
     Key("mqgate.destination.default_type", Choice(("queue", "topic")), "queue",
         "What a bare address name (no queue:// or topic://) means."),
     Key("mqgate.message.max_size", Size(), "70m",

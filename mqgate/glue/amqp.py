@@ -49,6 +49,7 @@ from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog)
+from mqgate.core.browse import open_browser
 from mqgate.core.memory import RED_LEVEL
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
@@ -321,13 +322,21 @@ class AmqpBrokerSession(BrokerSession):
         target.revoked = functools.partial(self._revoke, link)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
-        consumer = self.broker.open_consumer(
-            None if source.dynamic else _address(source.address), target,
-            capabilities=source.capabilities or (), presettled=link.presettled,
-            durable_name=link.name if durable and not source.dynamic else None,
-            container_id=self.container_id, dynamic=bool(source.dynamic),
-            selector=selector, requester=Requester.of(
-                self.principal, self, self.peer, self.config.service))
+        requester = Requester.of(self.principal, self, self.peer, self.config.service)
+        consumer = None
+        if source.distribution_mode == _COPY and not source.dynamic:
+            # Browsing a queue (None for a topic, whose subscribers get copies anyway).
+            consumer = open_browser(
+                self.broker, _address(source.address), target,
+                capabilities=source.capabilities or (), presettled=link.presettled,
+                selector=selector, requester=requester)
+        if consumer is None:
+            consumer = self.broker.open_consumer(
+                None if source.dynamic else _address(source.address), target,
+                capabilities=source.capabilities or (), presettled=link.presettled,
+                durable_name=link.name if durable and not source.dynamic else None,
+                container_id=self.container_id, dynamic=bool(source.dynamic),
+                selector=selector, requester=requester)
         if consumer.queue.pattern is not None:
             try:
                 self.check_flows("subscription", self._held["subscription"])
@@ -776,7 +785,9 @@ _COPY = Symbol("copy")
 
 
 def _consume_operations(source):
-    return (BROWSE, CONSUME) if source.distribution_mode == _COPY else (CONSUME,)
+    # A copying receiver browses (a queue; on a topic the browse rule is the consume
+    # rule, L{BrokerSession.authorize}): it takes nothing away.
+    return (BROWSE,) if source.distribution_mode == _COPY else (CONSUME,)
 
 
 def _connection_refusal(config, principal, peer):

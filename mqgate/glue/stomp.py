@@ -10,6 +10,9 @@ What STOMP means in broker terms:
   as messages are acknowledged;
 - ACK settles (``client``: every unacknowledged message of that subscription up to and
   including the one named), NACK gives the message back for redelivery;
+- ``browser:true`` on SUBSCRIBE browses a queue (L{mqgate.core.browse}): copies of
+  what it holds, nothing taken, then a MESSAGE with ``browser:end`` and no body (as
+  ActiveMQ does);
 - BEGIN/COMMIT/ABORT: sends and acks inside a transaction are held and take effect on
   COMMIT only;
 - every frame that asks for a receipt gets one after its effect is done;
@@ -35,6 +38,7 @@ from twisted.internet import defer
 
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, RELEASED, Requester, StoreBacklog, Unauthorized)
+from mqgate.core.browse import Browser, open_browser
 from mqgate.core.memory import RED_LEVEL
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
@@ -121,7 +125,7 @@ class _Subscription:
     connection's egress key (S9.1)."""
 
     __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session",
-                 "queued", "unbounded", "template")
+                 "queued", "unbounded", "template", "browse_ended")
 
     def __init__(self, session, sub_id, destination, ack, prefetch):
         self.session = session
@@ -135,6 +139,7 @@ class _Subscription:
         self.unbounded = False   # ack:auto on a non-durable topic subscription
         # The fixed part of every MESSAGE frame of this subscription, encoded once.
         self.template = session.engine.message_template(sub_id, destination)
+        self.browse_ended = False   # a browser's browser:end MESSAGE was written
 
     def deliver(self, delivery):
         """The core's target: file the delivery in the egress queues."""
@@ -171,7 +176,22 @@ class _Subscription:
         else:
             self.unacked[ack_id] = delivery
             session.acks[ack_id] = self
+        if type(self.consumer) is Browser:
+            self.end_browse()
         return delivery.message.size
+
+    def end_browse(self):
+        """A browser (C{browser:true}) that has handed out its last message, all of
+        it written: the MESSAGE with C{browser:end} that ActiveMQ sends, once."""
+        consumer = self.consumer
+        if self.browse_ended or not consumer.finished or self.queued:
+            return
+        session = self.session
+        if session.subscriptions.get(self.id) is not self:
+            return
+        self.browse_ended = True
+        session.engine.write_message(self.template, "0", [("browser", "end")], b"")
+        session.request_flush()
 
     def _frame(self, delivery, discarded, ack_id):
         """Put the MESSAGE frame into the engine: True if written, False if the
@@ -548,12 +568,19 @@ class StompBrokerSession(BrokerSession):
         _check(self.authorize(event.destination, (), CONSUME))
         self.check_flows("egress", len(self.subscriptions))
         subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
+        requester = Requester.of(self.principal, self, self.peer, self.config.service)
         try:
-            subscription.consumer = self.broker.open_consumer(
-                event.destination, subscription, presettled=event.ack == "auto",
-                durable_name=durable_name, container_id=self.client_id,
-                selector=_header(event.headers, "selector"), requester=Requester.of(
-                    self.principal, self, self.peer, self.config.service))
+            if _header(event.headers, "browser") == "true":
+                # A queue browser (ActiveMQ's header): copies, then browser:end.
+                subscription.consumer = open_browser(
+                    self.broker, event.destination, subscription,
+                    presettled=event.ack == "auto",
+                    selector=_header(event.headers, "selector"), requester=requester)
+            if subscription.consumer is None:
+                subscription.consumer = self.broker.open_consumer(
+                    event.destination, subscription, presettled=event.ack == "auto",
+                    durable_name=durable_name, container_id=self.client_id,
+                    selector=_header(event.headers, "selector"), requester=requester)
         except SelectorError as error:
             raise _Error("invalid selector", error.description) from None
         except Unauthorized as error:
@@ -568,6 +595,8 @@ class StompBrokerSession(BrokerSession):
                 raise
         self.subscriptions[event.id] = subscription
         subscription.unbounded = files_as_routed(subscription.consumer)
+        if type(subscription.consumer) is Browser:
+            subscription.consumer.on_finished = subscription.end_browse
         self._receipt(event)
         self.egress.refresh(subscription)
 
