@@ -778,10 +778,12 @@ class Broker:
                       system_count=self._system.count, system_bytes=self._system.bytes)
         return totals
 
-    def held(self):
-        """C{(messages, bytes)} the broker holds now, waiting or in flight, as
-        C{mqgate.system.*} count them (S2.2): what memory states measure (S2.6)."""
-        return self._system.count, self._system.bytes
+    @property
+    def holdings(self):
+        """What the broker holds now, waiting or in flight, as C{mqgate.system.*}
+        count it (S2.2): the L{SystemLimits} whose C{count} and C{bytes} every queue
+        keeps up to date; memory states read them (S2.6)."""
+        return self._system
 
     # -- operators (S11.1: the admin commands' side of the core) -----------------------
 

@@ -97,15 +97,17 @@ class MemoryStates:
     """The broker's memory state, moved by what it holds.
 
     @param config: the L{MemoryConfig}.
-    @param held: C{held() -> (messages, bytes)}: what the broker holds now.
+    @param holdings: what the broker holds, its C{count} and C{bytes} read live
+        (L{mqgate.core.broker.Broker.holdings}).
     @ivar level: the state's index in L{STATES} (0 GREEN ... 3 RED).
     @ivar used: the bytes counted at the last check.
     @ivar changes: how many times the state changed.
     """
 
-    def __init__(self, config, held):
+    def __init__(self, config, holdings):
         self.config = config
-        self._held = held
+        self._holdings = holdings
+        self._overhead = config.overhead
         self.level = 0
         self.used = 0
         self.changes = 0
@@ -138,14 +140,14 @@ class MemoryStates:
 
     def measure(self):
         """The bytes counted now: the messages' own plus the overhead of each."""
-        count, size = self._held()
-        return size + count * self.config.overhead
+        holdings = self._holdings
+        return holdings.bytes + holdings.count * self._overhead
 
     def check(self):
         """Read what the broker holds and move to the state it calls for; return
-        the level. Cheap while the state stays."""
-        used = self.measure()
-        self.used = used
+        the level. Cheap while the state stays (the glue calls it per message)."""
+        holdings = self._holdings
+        used = self.used = holdings.bytes + holdings.count * self._overhead
         if used >= self._up or used < self._down:
             self._move(used)
         return self.level

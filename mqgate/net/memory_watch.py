@@ -41,7 +41,7 @@ def memory_states(settings, broker, physical=physical_memory):
                 settings["mqgate.orange.count"]),
         hysteresis=settings["mqgate.memory.hysteresis"],
         overhead=settings["mqgate.memory.message_overhead"])
-    return MemoryStates(config, broker.held), origin
+    return MemoryStates(config, broker.holdings), origin
 
 
 class MemoryWatchService(TimerService):

@@ -14,14 +14,11 @@ from tests.core import consume, make_broker
 
 
 class Held:
-    """A settable C{held()}: what a fake broker holds."""
+    """What a fake broker holds, set by the test."""
 
     def __init__(self):
         self.count = 0
         self.bytes = 0
-
-    def __call__(self):
-        return self.count, self.bytes
 
 
 def states(limit=1000, **kwargs):
@@ -201,7 +198,7 @@ def test_broker_held_feeds_the_states():
     """The broker's own account of what it holds drives the state, and consumers
     taking messages bring it down."""
     broker, _ = make_broker()
-    memory = MemoryStates(MemoryConfig(limit=1000, overhead=0), broker.held)
+    memory = MemoryStates(MemoryConfig(limit=1000, overhead=0), broker.holdings)
     producer = broker.open_producer("queue://q")
     for _ in range(10):
         producer.send(BrokerMessage(b"x" * 99))
@@ -222,7 +219,7 @@ def test_state_in_metrics_and_prometheus():
     from mqgate.metrics.snapshot import broker_snapshot
 
     broker, _ = make_broker()
-    broker.memory = MemoryStates(MemoryConfig(limit=1000, overhead=0), broker.held)
+    broker.memory = MemoryStates(MemoryConfig(limit=1000, overhead=0), broker.holdings)
     producer = broker.open_producer("queue://q")
     producer.send(BrokerMessage(b"x" * 950))
     broker.memory.check()
