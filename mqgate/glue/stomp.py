@@ -47,7 +47,7 @@ from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
     REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
 )
-from mqgate.security.access import CONSUME
+from mqgate.security.access import BROWSE, CONSUME
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
@@ -565,12 +565,13 @@ class StompBrokerSession(BrokerSession):
         for name in _DURABLE_HEADERS:
             durable_name = durable_name or _header(event.headers, name)
         _refuse_admin_address(event.destination)
-        _check(self.authorize(event.destination, (), CONSUME))
+        browser = _header(event.headers, "browser") == "true"
+        _check(self.authorize(event.destination, (), BROWSE if browser else CONSUME))
         self.check_flows("egress", len(self.subscriptions))
         subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
         requester = Requester.of(self.principal, self, self.peer, self.config.service)
         try:
-            if _header(event.headers, "browser") == "true":
+            if browser:
                 # A queue browser (ActiveMQ's header): copies, then browser:end.
                 subscription.consumer = open_browser(
                     self.broker, event.destination, subscription,
