@@ -111,7 +111,10 @@ class MemoryStates:
         self.level = 0
         self.used = 0
         self.changes = 0
-        self._callbacks = []
+        # Called once the state falls below RED; a dict, so that one connection's
+        # callback (a bound method) is held once however often it asks, and the
+        # callbacks are bounded by the connections (design rule 4).
+        self._callbacks = {}
         # Byte figures of the thresholds and of the points where a state is left.
         limit = config.limit
         self._enter = [0] + [limit * t // 100 for t in config.thresholds]
@@ -164,18 +167,16 @@ class MemoryStates:
         return self._counts[self.level]
 
     def when_accepting(self, callback):
-        """Call C{callback()} once the state is below RED (at once if it is)."""
+        """Call C{callback()} once the state is below RED (at once if it is); the same
+        callback given again is called once."""
         if self.level != RED_LEVEL:
             callback()
             return
-        self._callbacks.append(callback)
+        self._callbacks[callback] = None
 
     def forget(self, callback):
         """Drop a callback given to L{when_accepting} (its connection went)."""
-        try:
-            self._callbacks.remove(callback)
-        except ValueError:
-            pass
+        self._callbacks.pop(callback, None)
 
     def refusal(self):
         """The error a message refused at RED gets, naming the figures and the
@@ -217,7 +218,7 @@ class MemoryStates:
         self._bounds()
         self._log_change(before, used)
         if before == RED_LEVEL:
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks, self._callbacks = self._callbacks, {}
             for callback in callbacks:
                 callback()
 

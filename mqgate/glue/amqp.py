@@ -159,9 +159,11 @@ class AmqpBrokerSession(BrokerSession):
         self._refusals = _PresettledRefusals(self)
         self._unauthorized = None   # why the logged-in user may not use this service
         self._refused_before_login = None   # why it was turned away before its login
-        # S2.6: the broker's memory states, which admin connections are not held to.
+        # S2.6: the broker's memory states, which admin connections are not held to,
+        # and the producer links waiting for the state to fall below RED.
         self.memory = None if self.config.admin_requests is not None else \
             self.broker.memory
+        self._memory_links = set()
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -248,6 +250,8 @@ class AmqpBrokerSession(BrokerSession):
         for link in links:
             self._release(link, remove=False)
         self._held = dict.fromkeys(self._held, 0)
+        if self.memory is not None:
+            self.memory.forget(self._memory_fell)
 
     def disconnect(self, reason):
         """Close the connection with C{reason} (S9.6: a slow subscriber let go)."""
@@ -411,6 +415,7 @@ class AmqpBrokerSession(BrokerSession):
 
     def _release(self, link, remove):
         self._withheld.discard(link)
+        self._memory_links.discard(link)
         self._refusals.forget(link)
         context, link.context = link.context, None
         if context is None:
@@ -517,7 +522,13 @@ class AmqpBrokerSession(BrokerSession):
     def _wait_for_memory(self, link):
         """S2.6: no credit while the memory state is RED; restored when it falls."""
         self._withheld.add(link)
-        self.memory.when_accepting(functools.partial(self._restore_credit, link))
+        self._memory_links.add(link)
+        self.memory.when_accepting(self._memory_fell)
+
+    def _memory_fell(self):
+        links, self._memory_links = self._memory_links, set()
+        for link in links:
+            self._restore_credit(link)
 
     def _grant_for(self, producer):
         """L{_credit_for}, at most the memory state's batch: 0 at RED (S2.6)."""

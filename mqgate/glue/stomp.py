@@ -383,6 +383,8 @@ class StompBrokerSession(BrokerSession):
         logged and does not leave the others attached (no ghost consumers).
         """
         self.unregister_client()
+        if self.broker.memory is not None:
+            self.broker.memory.forget(self._memory_fell)
         self._forget_transactions()
         subscriptions, self.subscriptions = self.subscriptions, {}
         for subscription in subscriptions.values():
@@ -431,6 +433,9 @@ class StompBrokerSession(BrokerSession):
         elif not self._memory_holds(event):
             self._receipt_when_stored(event, self._publish(event))
 
+    def _memory_fell(self):
+        self._unblocked(_MEMORY)   # S2.6: the memory state fell below RED
+
     def _memory_holds(self, event):
         """S2.6: at RED, keep C{event} (and what follows it) until the state falls
         (C{True}); every batch of SENDs, let the reactor serve others for a turn."""
@@ -440,7 +445,7 @@ class StompBrokerSession(BrokerSession):
         if memory.check() == RED_LEVEL:
             if _MEMORY not in self._blocked:
                 self._block(_MEMORY)
-                memory.when_accepting(functools.partial(self._unblocked, _MEMORY))
+                memory.when_accepting(self._memory_fell)
             self._waiting.append(event)
             return True
         self._paced += 1

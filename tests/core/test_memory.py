@@ -118,6 +118,25 @@ def test_callbacks_run_once_when_red_is_left():
     assert calls == [1, 2]
 
 
+def test_one_callback_asked_twice_is_held_once():
+    """A connection asking again while RED lasts is called once: the callbacks are
+    bounded by the connections, not by how often they ask."""
+    memory, held = states()
+    held.bytes = 990
+    memory.check()
+    calls = []
+
+    class Connection:
+        def fell(self):
+            calls.append(1)
+    connection = Connection()
+    for _ in range(100):
+        memory.when_accepting(connection.fell)
+    held.bytes = 0
+    memory.check()
+    assert calls == [1]
+
+
 def test_forgotten_callback_is_not_called():
     """A connection that went drops its callback."""
     memory, held = states()
