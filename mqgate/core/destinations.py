@@ -382,7 +382,11 @@ class Queue(_Operated):
             consumer = self._backups.pop(0)
             self._activate(consumer)
             promoted = True
-            if consumer.credit > 0 and not consumer._in_ready:
+            if consumer.credit <= 0 or consumer._in_ready:
+                continue
+            if self._dispatching is True and self._filters(consumer):
+                self._late = True   # as offer() does: the selective run lets it in
+            else:
                 consumer._in_ready = True
                 self._ready.append(consumer)
         return promoted
