@@ -245,3 +245,19 @@ def test_browser_is_not_a_consumer_of_the_queue():
     browser, _ = browse(broker)
     assert isinstance(browser, Browser)
     assert len(broker.queue("q").consumers) == 1
+
+
+def test_a_backup_with_a_selector_keeps_it_when_it_takes_over():
+    """A backup that takes over with a selector receives only what the selector
+    accepts; the rest waits."""
+    broker, _ = make_broker()
+    failover(broker)
+    first, _ = consume(broker, "queue://q")
+    _, second_target = consume(broker, "queue://q", credit=10,
+                               selector="JMSPriority > 5")
+    producer = broker.open_producer("queue://q")
+    producer.send(BrokerMessage(b"low", priority=1))
+    producer.send(BrokerMessage(b"high", priority=8))
+    first.close()
+    assert second_target.payloads == [b"high"]
+    assert broker.queue("q").depth == 1
