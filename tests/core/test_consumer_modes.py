@@ -261,3 +261,45 @@ def test_a_backup_with_a_selector_keeps_it_when_it_takes_over():
     first.close()
     assert second_target.payloads == [b"high"]
     assert broker.queue("q").depth == 1
+
+
+# -- the admin commands (S11.1) --------------------------------------------------------
+
+
+def admin(broker, *words):
+    from mqgate.admin.destinations import COMMANDS
+    from mqgate.admin.requests import AdminContext, AdminRequest, dispatch
+    context = AdminContext(broker=broker, clients=None, profiles=None)
+    return dispatch(COMMANDS, context, AdminRequest(words[0], words[1], tuple(words[2:])))
+
+
+def test_admin_sets_and_shows_the_modes_and_refuses_bad_ones():
+    """create/update dst -o take the two properties on queues (query dst shows them
+    and the backups waiting); a topic or a bad value is refused by name, and nothing
+    changes."""
+    from mqgate.admin.requests import BadRequest
+    broker, _ = make_broker()
+    admin(broker, "create", "dst", "-t", "q", "-n", "orders",
+          "-o", "maxNumActiveConsumers=1")
+    consume(broker, "queue://orders")
+    with pytest.raises(ResourceLimitExceeded):
+        consume(broker, "queue://orders")     # no backups yet (the default, 0)
+    reply = admin(broker, "update", "dst", "-t", "q", "-n", "orders",
+                  "-o", "maxNumBackupConsumers=2")
+    assert "maxNumBackupConsumers=2" in reply.text
+    consume(broker, "queue://orders")         # now it waits as a backup
+    data = admin(broker, "query", "dst", "-t", "q", "-n", "orders").data
+    assert data["consumer_modes"] == {"maxNumActiveConsumers": 1,
+                                      "maxNumBackupConsumers": 2}
+    assert data["backup_consumers"] == 1
+    with pytest.raises(BadRequest, match="queues only"):
+        admin(broker, "create", "dst", "-t", "t", "-n", "news",
+              "-o", "maxNumActiveConsumers=1")
+    assert "news" not in broker.topics()
+    with pytest.raises(BadRequest, match="maxNumActiveConsumers=0"):
+        admin(broker, "update", "dst", "-t", "q", "-n", "orders",
+              "-o", "maxNumActiveConsumers=0")
+    with pytest.raises(BadRequest, match="whole number"):
+        admin(broker, "update", "dst", "-t", "q", "-n", "orders",
+              "-o", "maxNumBackupConsumers=many")
+    assert broker.queue("orders").modes == ConsumerModes(1, 2)
