@@ -44,6 +44,7 @@ from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.connections import ConnectionRegistry
 from mqgate.net.control import BrokerControl
 from mqgate.net.loadwatch import LoadFactorService
+from mqgate.net.memory_watch import MemoryWatchService
 from mqgate.net.ping import PingService
 from mqgate.net.pool import LoginSlots, ServicePool
 from mqgate.net.portmapper import PortMapperFactory
@@ -468,10 +469,15 @@ def build_broker(settings, reactor):
         max_destinations=settings["mqgate.system.max_destinations"],
         max_name_length=settings["mqgate.destination.max_name_length"],
         max_topic_levels=settings["mqgate.topic.max_levels"],
+        max_active_consumers=settings["mqgate.autocreate.queue.maxNumActiveConsumers"],
+        max_backup_consumers=settings["mqgate.autocreate.queue.maxNumBackupConsumers"],
         **_delivery_semantics(settings)),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     broker.set_annotate(_dead_annotations)
+    # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
+    memory_watch = MemoryWatchService.from_settings(settings, broker)
+    broker.memory = memory_watch.memory
     authenticator, identities, login_threads, reload_users = _authenticator(
         settings, reactor)
     authenticator = AuditingAuthenticator(authenticator, audit)
@@ -564,6 +570,7 @@ def build_broker(settings, reactor):
     control.services = [portmapper, *services, *web_services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
     LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
+    memory_watch.setServiceParent(top)
     MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
                       settings["mqgate.metrics.enabled"]).setServiceParent(top)
     return top

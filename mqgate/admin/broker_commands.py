@@ -206,6 +206,11 @@ def query_broker(context, arguments):
         "topics": len(broker.topics()) if broker is not None else 0,
         "store": control.store,
     }
+    if broker is not None and broker.memory is not None:
+        memory = broker.memory   # S2.6
+        row["memory_state"] = memory.state
+        row["memory"] = (f"{memory.used} of {memory.config.limit} bytes"
+                         f" ({memory.percent:.1f} %)")
     shown = dict(row, services=", ".join(f"{n} ({s})" for n, s in row["services"].items()))
     return Reply(render_pairs(shown.items()), row)
 

@@ -20,9 +20,11 @@ the source's destination properties (FACTS 1.6) that mqgate keeps: C{maxNumMsgs}
 C{maxTotalMsgBytes} and C{maxBytesPerMsg} (sizes: C{1600}, C{1600b}, C{16k}, C{16m}),
 C{limitBehavior} (C{FLOW_CONTROL}, C{REJECT_NEWEST}, C{REMOVE_OLDEST},
 C{REMOVE_LOW_PRIORITY}), C{maxNumProducers}, C{consumerFlowLimit}, C{useDMQ}, and
-mqgate's C{maxDeliveryCount} (S2.3, S2.4); the source's other properties are refused by
-name, as is anything else. The dead message queue C{mq.sys.dmq} takes the same ones,
-except that it never holds its producers back (FLOW_CONTROL is refused for it).
+mqgate's C{maxDeliveryCount} (S2.3, S2.4), and for queues the consumer modes
+C{maxNumActiveConsumers} and C{maxNumBackupConsumers} (L{mqgate.core.modes}); the
+source's other properties are refused by name, as is anything else. The dead message
+queue C{mq.sys.dmq} takes the same ones, except that it never holds its producers back
+(FLOW_CONTROL is refused for it).
 
 A topic's figures, and what pause, purge and destroy act on, are its subscriptions on
 exactly its name, durable ones included (L{mqgate.core.broker.Broker.own_queues}); a
@@ -48,6 +50,7 @@ from mqgate.core.addresses import (
 from mqgate.core.destinations import RUNNING, Queue
 from mqgate.core.dead import DMQ_NAME
 from mqgate.core.limits import FLOW_CONTROL, LIMIT_BEHAVIORS
+from mqgate.core.modes import MAX_ACTIVE, MAX_BACKUP, ConsumerModes
 
 __all__ = ["COMMANDS", "InUse", "parse_size", "limits_from_properties"]
 
@@ -83,10 +86,10 @@ _ATTRIBUTES = {
     LIMIT_BEHAVIOR: "behavior", MAX_BYTES_PER_MSG: "max_message_bytes",
     MAX_NUM_PRODUCERS: "max_producers", CONSUMER_FLOW_LIMIT: "consumer_flow_limit",
     USE_DMQ: "use_dmq", MAX_DELIVERY_COUNT: "max_delivery_count"}
-_SUPPORTED = tuple(_ATTRIBUTES)
+_SUPPORTED = (*_ATTRIBUTES, MAX_ACTIVE, MAX_BACKUP)
 # The source's other destination properties (FACTS 1.6): known, not kept by mqgate.
 _NOT_SUPPORTED = (
-    "maxNumActiveConsumers", "maxNumBackupConsumers", "isLocalOnly",
+    "isLocalOnly",
     "localDeliveryPreferred", "validateXMLSchemaEnabled", "XMLSchemaURIList",
     "reloadXMLSchemaOnFailure")
 _SIZE = re.compile(r"(\d+)([bkm]?)\Z", re.IGNORECASE)
@@ -254,6 +257,43 @@ def limits_from_properties(properties, current, name=None):
     return current.replace(**changes)
 
 
+# -- consumer modes (FACTS 1.6; mqgate.core.modes): queues only -------------------------
+
+_MODES = (MAX_ACTIVE, MAX_BACKUP)
+
+
+def split_modes(properties):
+    """C{(limits properties, modes properties)}: the C{-o} pairs of the consumer
+    modes taken out of C{properties} (a dict, left unchanged)."""
+    limits = {k: v for k, v in properties.items() if k not in _MODES}
+    return limits, {k: v for k, v in properties.items() if k in _MODES}
+
+
+def modes_from_properties(kind, properties, current):
+    """New L{ConsumerModes}: C{current} with C{properties} applied, or C{None} when
+    none is given. @raise BadRequest: a topic, or a bad value, named."""
+    if not properties:
+        return None
+    if kind != QUEUE:
+        raise BadRequest(", ".join(properties) + " apply to queues only: a topic's"
+                         " subscribers each have their own subscription")
+    values = {MAX_ACTIVE: current.max_active, MAX_BACKUP: current.max_backup}
+    for name, text in properties.items():
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise BadRequest(f"{name}={text}: give a whole number, or -1 for no"
+                             " limit") from None
+    try:
+        return ConsumerModes(values[MAX_ACTIVE], values[MAX_BACKUP])
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
+
+
+def _modes_data(modes):
+    return {MAX_ACTIVE: modes.max_active, MAX_BACKUP: modes.max_backup}
+
+
 def _limits_data(limits):
     data = {prop: getattr(limits, attribute) for prop, attribute in _ATTRIBUTES.items()}
     if data[MAX_BYTES_PER_MSG] > _MAX_COUNT:
@@ -307,6 +347,9 @@ def query_dst(context, arguments):
     # What its paused producers keep back (those attached to it by name).
     data["kept_by_producers"] = sum(p.kept() for p in destination.attached)
     data["limits"] = _limits_data(broker.limits_of(destination))
+    if kind == QUEUE:
+        data["consumer_modes"] = _modes_data(destination.modes)
+        data["backup_consumers"] = len(destination.backups)
     rows = [("Destination Name", data["name"]), ("Destination Type", data["type"]),
             ("Destination State", data["state"]),
             ("Current Number of Producers", data["producers"]),
@@ -325,6 +368,10 @@ def query_dst(context, arguments):
                  ("Subscriptions (on its name)", data["subscriptions"]),
                  ("  Durable", data["durable_subscriptions"])]
     rows += [(name, _limit_text(value)) for name, value in data["limits"].items()]
+    if kind == QUEUE:
+        rows += [(name, _limit_text(value))
+                 for name, value in data["consumer_modes"].items()]
+        rows.append(("  Backup Consumers Waiting", data["backup_consumers"]))
     rows.append(("Temporary", "true" if data["temporary"] else "false"))
     return Reply(render_pairs(rows), data)
 
@@ -351,16 +398,22 @@ def create_dst(context, arguments):
         raise BadRequest(f"{_kind_word(kind)} {name!r} exists already; change its limits"
                          f" with update dst -t {kind[0]} -n {name} -o property=value")
     # Checked before anything is made: a bad property leaves no destination behind.
+    properties, mode_properties = split_modes(properties)
     limits = limits_from_properties(properties, broker.config.limits)
+    modes = modes_from_properties(kind, mode_properties, broker.config.consumer_modes)
     if kind == QUEUE:
         broker.create_queue(name)
     else:
         broker.create_topic(name)
     if properties:
         broker.set_limits(kind, name, limits)
+    created = {"name": name, "type": _kind_word(kind), "limits": _limits_data(limits)}
+    if modes is not None:
+        broker.set_consumer_modes(name, modes)
+    if kind == QUEUE:
+        created["consumer_modes"] = _modes_data(broker.queue(name).modes)
     text = f"created {_kind_word(kind)} {name!r}." + _survives(context)
-    return Reply(text, {"created": {"name": name, "type": _kind_word(kind),
-                                    "limits": _limits_data(limits)}})
+    return Reply(text, {"created": created})
 
 
 def _check_new_name(broker, kind, name):
@@ -387,14 +440,23 @@ def update_dst(context, arguments):
         raise BadRequest(f"give at least one -o property=value; usage: {_UPDATE_USAGE}")
     broker = context.broker
     destination = _find(context, kind, name)
-    limits = limits_from_properties(properties, broker.limits_of(destination),
+    limit_properties, mode_properties = split_modes(properties)
+    limits = limits_from_properties(limit_properties, broker.limits_of(destination),
                                     name if kind == QUEUE else None)
-    broker.set_limits(kind, name, limits)
-    changed = ", ".join(f"{p}={v}" for p, v in _limits_data(limits).items()
-                        if p in properties)
+    modes = modes_from_properties(kind, mode_properties, getattr(
+        destination, "modes", None))
+    if limit_properties:
+        broker.set_limits(kind, name, limits)
+    if modes is not None:
+        broker.set_consumer_modes(name, modes)
+    updated = {"name": name, "type": _kind_word(kind), "limits": _limits_data(limits)}
+    shown = dict(updated["limits"])
+    if kind == QUEUE:
+        updated["consumer_modes"] = _modes_data(destination.modes)
+        shown.update(updated["consumer_modes"])
+    changed = ", ".join(f"{p}={v}" for p, v in shown.items() if p in properties)
     text = f"updated {_kind_word(kind)} {name!r}: {changed}." + _survives(context)
-    return Reply(text, {"updated": {"name": name, "type": _kind_word(kind),
-                                    "limits": _limits_data(limits)}})
+    return Reply(text, {"updated": updated})
 
 
 # -- destroy, purge, pause, resume, compact dst ------------------------------------------

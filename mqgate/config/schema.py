@@ -590,6 +590,14 @@ KEYS = (
         "Seconds between two passes of the reaper removing expired messages from the "
         "queues (to mq.sys.dmq); 0 turns the reaper off (an expired message is still "
         "never delivered)."),
+    # -- consumer modes of queues (FACTS 1.6, 1.7; docs/delivery.md) ---------------------
+    Key("mqgate.autocreate.queue.maxNumActiveConsumers", Int(-1), "-1",
+        "Consumers a queue delivers to at once; one more waits as a backup, receiving "
+        "nothing until an active one goes; -1 means no limit (0 is not allowed). "
+        "update dst -o maxNumActiveConsumers=N changes one queue's."),
+    Key("mqgate.autocreate.queue.maxNumBackupConsumers", Int(-1), "0",
+        "Consumers that may wait as backups beyond the active ones; one more is refused "
+        "with amqp:resource-limit-exceeded (STOMP: an ERROR frame); -1 means no limit."),
     Key("mqgate.destination.default_type", Choice(("queue", "topic")), "queue",
         "What a bare address name (no queue:// or topic://) means."),
     Key("mqgate.message.max_size", Size(), "70m",
@@ -603,6 +611,44 @@ KEYS = (
         "Bytes of messages the broker holds (waiting or unacknowledged, counted like "
         "max_count); past it, "
         "new messages are refused until consumers take some; -1 means no limit."),
+    # -- memory states (S2.6; FACTS 1.7; docs/memory.md) --------------------------------
+    Key("mqgate.memory.limit", Size(), "0",
+        "The memory budget of the messages the broker holds (their bytes plus "
+        "mqgate.memory.message_overhead each), against which the memory states "
+        "YELLOW, ORANGE and RED are reached; 0 means mqgate.memory.share of the "
+        "machine's physical memory (the start-up log gives the figure)."),
+    Key("mqgate.memory.share", Int(1, 100), "25",
+        "Percent of the machine's physical memory that is the budget when "
+        "mqgate.memory.limit is 0."),
+    Key("mqgate.memory.message_overhead", Size(), "512",
+        "Bytes counted for each message held on top of its own: the broker's objects "
+        "that carry it."),
+    Key("mqgate.yellow.threshold", Int(1, 100), "80",
+        "Percent of mqgate.memory.limit at which the memory state becomes YELLOW "
+        "(GREEN's threshold is 0)."),
+    Key("mqgate.orange.threshold", Int(1, 100), "90",
+        "Percent of mqgate.memory.limit at which the memory state becomes ORANGE."),
+    Key("mqgate.red.threshold", Int(1, 100), "98",
+        "Percent of mqgate.memory.limit at which the memory state becomes RED: new "
+        "messages are refused (AMQP: no credit, and amqp:resource-limit-exceeded for a "
+        "transfer sent on credit granted before; STOMP: the socket is not read) until "
+        "it falls."),
+    Key("mqgate.memory.hysteresis", Int(0, 99), "5",
+        "Percentage points below a state's threshold at which the state is left, so "
+        "that a broker hovering at a threshold does not flap."),
+    Key("mqgate.green.count", Int(1), "5000",
+        "Largest batch of credit a producer is granted while the memory state is "
+        "GREEN (AMQP link credit; messages a STOMP connection sends before its reading "
+        "pauses for a turn); never more than mqgate.amqp.producer_credit."),
+    Key("mqgate.yellow.count", Int(1), "500",
+        "Largest batch of credit a producer is granted while the memory state is "
+        "YELLOW."),
+    Key("mqgate.orange.count", Int(1), "50",
+        "Largest batch of credit a producer is granted while the memory state is "
+        "ORANGE."),
+    Key("mqgate.memory.check_interval", Seconds(1, 3600), "1",
+        "Seconds between two looks at the memory state while no message arrives: how "
+        "soon producers held back at RED go on once consumers have taken messages."),
     Key("mqgate.system.max_destinations", Int(-1), "100000",
         "Queues, topics, temporary destinations and durable subscriptions the broker "
         "holds; past it, creating one on a client's request is refused with "

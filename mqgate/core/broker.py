@@ -29,6 +29,7 @@ from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
     StoreBacklog, SystemLimits, limits_attributes, limits_from_attributes)
 from mqgate.core.message import BrokerMessage
+from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
@@ -97,6 +98,10 @@ class CoreConfig:
         (C{mqgate.destination.DMQ.*}); it removes its oldest past them.
     @ivar dmq_truncate_body: C{mqgate.destination.DMQ.truncateBody}.
     @ivar log_dead_messages: C{mqgate.destination.logDeadMsgs}.
+    @ivar max_active_consumers: C{mqgate.autocreate.queue.maxNumActiveConsumers}:
+        consumers a queue delivers to at once, -1 for any (L{mqgate.core.modes}).
+    @ivar max_backup_consumers: C{mqgate.autocreate.queue.maxNumBackupConsumers}:
+        consumers that may wait as backups beyond them, -1 for any.
     """
 
     autocreate_queue: bool = True
@@ -120,6 +125,8 @@ class CoreConfig:
     dmq_max_total_msg_bytes: int = 10 << 20
     dmq_truncate_body: bool = False
     log_dead_messages: bool = False
+    max_active_consumers: int = -1
+    max_backup_consumers: int = 0
 
     def __post_init__(self):
         if self.default_type not in (QUEUE, TOPIC):
@@ -137,6 +144,17 @@ class CoreConfig:
     def system_limits(self):
         """A new L{SystemLimits} holding nothing yet (S2.2)."""
         return SystemLimits(self.max_count, self.max_size, self.max_message_size)
+
+    @property
+    def consumer_modes(self):
+        """The L{ConsumerModes} every queue is made with (FACTS 1.6)."""
+        try:
+            return ConsumerModes(self.max_active_consumers, self.max_backup_consumers)
+        except ValueError as error:
+            raise ConfigError("mqgate.autocreate.queue.maxNumActiveConsumers/"
+                              "maxNumBackupConsumers",
+                              (self.max_active_consumers, self.max_backup_consumers),
+                              str(error)) from None
 
     @property
     def limits(self):
@@ -560,6 +578,9 @@ class Broker:
     on_destination = None
     reserved = None
     on_subscribe = None
+    #: The L{mqgate.core.memory.MemoryStates} the glues ask before they grant producer
+    #: credit or accept a message (S2.6), or C{None}: memory states are not watched.
+    memory = None
 
     def __init__(self, clock, config=CoreConfig(), persistence=None, audit=None):
         self.clock = clock
@@ -575,6 +596,7 @@ class Broker:
         self._subscription_ids = itertools.count(1)
         self._retired = dict.fromkeys(_TOTALS, 0)
         self._limits = config.limits
+        self._modes = config.consumer_modes
         self._system = config.system_limits
         self._destinations_refused = False
         # S2.4: the dead message queue, a system queue made with the broker.
@@ -821,6 +843,13 @@ class Broker:
                       system_count=self._system.count, system_bytes=self._system.bytes)
         return totals
 
+    @property
+    def holdings(self):
+        """What the broker holds now, waiting or in flight, as C{mqgate.system.*}
+        count it (S2.2): the L{SystemLimits} whose C{count} and C{bytes} every queue
+        keeps up to date; memory states read them (S2.6)."""
+        return self._system
+
     # -- operators (S11.1: the admin commands' side of the core) -----------------------
 
     def destination(self, kind, name):
@@ -845,9 +874,28 @@ class Broker:
         """
         destination = self.destination(kind, name)
         self._apply_limits(destination, limits)
-        if self.persistence is not None and not destination.temporary:
-            self.persistence.destination_updated(kind, name, limits_attributes(limits))
+        self._store_attributes(kind, destination)
         return destination
+
+    def set_consumer_modes(self, name, modes):
+        """Give queue C{name} new L{ConsumerModes} now (C{update dst -o
+        maxNumActiveConsumers=...}); stored with it when there is a store.
+
+        @raise NotFound: no such queue.
+        """
+        queue = self.queue(name)
+        queue.set_modes(modes)
+        self._store_attributes(QUEUE, queue)
+        return queue
+
+    def _store_attributes(self, kind, destination):
+        # The store replaces a destination's attributes: give it all of them.
+        if self.persistence is None or destination.temporary:
+            return
+        attributes = limits_attributes(self.limits_of(destination))
+        if kind == QUEUE:
+            attributes.update(modes_attributes(destination.modes))
+        self.persistence.destination_updated(kind, destination.name, attributes)
 
     def restore_attributes(self, kind, name, attributes):
         """Apply the attributes stored with destination C{name} (recovery).
@@ -856,6 +904,8 @@ class Broker:
         """
         destination = self.destination(kind, name)
         self._apply_limits(destination, limits_from_attributes(attributes, self._limits))
+        if kind == QUEUE:
+            destination.set_modes(modes_from_attributes(attributes, self._modes))
 
     def _apply_limits(self, destination, limits):
         if type(destination) is Topic:
@@ -1032,6 +1082,8 @@ class Broker:
                                                      limits=self._limits,
                                                      system=self._system,
                                                      dead_letters=self.dead_letters)
+            if not temporary:
+                destination.modes = self._modes   # its creator's own: no limits
         else:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)

@@ -64,6 +64,7 @@ from mqgate.core.deliveries import Delivery
 from mqgate.core.dead import EXPIRED, LOW_PRIORITY, OLDEST
 from mqgate.core.limits import FLOW_CONTROL, REMOVE_OLDEST, UNLIMITED, SystemLimits
 from mqgate.core.message import MAX_PRIORITY
+from mqgate.core.modes import DEFAULT_MODES, refusal
 from mqgate.core.selectors import message_field
 
 _LEVELS = MAX_PRIORITY + 1
@@ -159,7 +160,7 @@ class Queue(_Operated):
                  "_consumers", "_dispatching", "_seconds", "_selective",
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
                  "_in_flight", "_flight_bytes", "store", "_system",
-                 "attached", "pause", "holding",
+                 "attached", "pause", "holding", "modes", "_backups",
                  "dead_letters", "_expiring", "_ticket") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
@@ -207,6 +208,10 @@ class Queue(_Operated):
         self._expiring = []
         self._ticket = 0
         self._init_operated()
+        # Active and backup consumers (mqgate.core.modes): the backups wait here, in
+        # attach order, outside _consumers and the ready deque.
+        self.modes = DEFAULT_MODES
+        self._backups = []
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -250,8 +255,14 @@ class Queue(_Operated):
 
     @property
     def consumers(self):
-        """The consumers attached, in attach order (a copy)."""
-        return list(self._consumers)
+        """The consumers attached, active ones then backups, in attach order (a
+        copy)."""
+        return self._consumers + self._backups
+
+    @property
+    def backups(self):
+        """The consumers waiting as backups (mqgate.core.modes), in order (a copy)."""
+        return list(self._backups)
 
     @property
     def consumers_paused(self):
@@ -350,20 +361,60 @@ class Queue(_Operated):
     # -- consumers --------------------------------------------------------------------
 
     def attach(self, consumer):
-        """Add a competing consumer (it receives nothing until it has credit)."""
+        """Add a competing consumer (it receives nothing until it has credit), or a
+        backup when the queue has as many active ones as its L{modes} allow.
+
+        @raise ResourceLimitExceeded: it has as many backups as allowed too.
+        """
+        modes = self.modes
+        if not modes.room_for_active(len(self._consumers)):
+            if not modes.room_for_backup(len(self._backups)):
+                raise refusal(self.name, modes, len(self._consumers), len(self._backups))
+            self._backups.append(consumer)
+            return
+        self._activate(consumer)
+
+    def _activate(self, consumer):
         self._consumers.append(consumer)
         if self._filters(consumer):
             self._selective += 1
+
+    def set_modes(self, modes):
+        """Apply new consumer L{modes}: backups become active if there is room now;
+        active consumers past a lowered limit stay active until they go."""
+        self.modes = modes
+        if self._promote():
+            self.dispatch()
+
+    def _promote(self):
+        # An active consumer went (or the limit rose): the backups that waited
+        # longest take its place, with the credit they kept. True if any did.
+        promoted = False
+        while self._backups and self.modes.room_for_active(len(self._consumers)):
+            consumer = self._backups.pop(0)
+            self._activate(consumer)
+            promoted = True
+            if consumer.credit <= 0 or consumer._in_ready:
+                continue
+            if self._dispatching is True and self._filters(consumer):
+                self._late = True   # as offer() does: the selective run lets it in
+            else:
+                consumer._in_ready = True
+                self._ready.append(consumer)
+        return promoted
 
     def _filters(self, consumer):
         # A subscription's selector was applied by its topic already (S2.8).
         return consumer.selector is not None and self.pattern is None
 
     def offer(self, consumer, had_credit=False):
-        """A consumer now has credit: put it in the ready rotation and dispatch.
+        """A consumer now has credit: put it in the ready rotation and dispatch (a
+        backup keeps its credit for when it becomes active).
 
         @param had_credit: it had credit already (only its amount changed).
         """
+        if self._backups and consumer in self._backups:
+            return
         if not consumer._in_ready:
             if self._dispatching is True and self._filters(consumer):
                 # S2.8: a plain run is going on (this is a call from inside one of its
@@ -387,6 +438,9 @@ class Queue(_Operated):
         arrived later (S8.1, design rule 3); what was waiting for "any consumer
         but this one" becomes available to every consumer again.
         """
+        if self._backups and consumer in self._backups:
+            self._backups.remove(consumer)   # it was handed nothing: nothing comes back
+            return
         try:
             self._consumers.remove(consumer)
         except ValueError:
@@ -394,6 +448,8 @@ class Queue(_Operated):
         else:
             if self._filters(consumer):
                 self._selective -= 1
+            if self._backups:
+                self._promote()
         if consumer._in_ready:
             # Drop it now rather than lazily, so an idle queue does not keep the closed
             # consumer (and its target) alive. Not found: the running dispatch loop

@@ -17,6 +17,10 @@ What the glue decides:
   had); a consumer's AMQP credit is its core credit;
   A connection's producers together have at most its L{StoreBacklog} waiting for the
   store: past it, their top-ups wait for the store too;
+  memory states (S2.6, L{mqgate.core.memory}): a grant is at most the state's batch,
+  and at RED a transfer is rejected with C{amqp:resource-limit-exceeded} and top-ups
+  wait until the state falls (an ADMIN service's connections are exempt: operators
+  must be able to purge);
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
   (design rule 3);
@@ -45,6 +49,8 @@ from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog)
+from mqgate.core.browse import open_browser
+from mqgate.core.memory import RED_LEVEL
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
@@ -134,6 +140,10 @@ _DISCARDED = {Symbol("x-opt-discard-indication"): True}
 class AmqpBrokerSession(BrokerSession):
     """The broker side of one AMQP connection (collaborators: see L{BrokerSession})."""
 
+    #: The L{mqgate.core.memory.MemoryStates} this connection's producers are held to
+    #: (S2.6), or C{None}.
+    memory = None
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.container_id = None
@@ -149,6 +159,11 @@ class AmqpBrokerSession(BrokerSession):
         self._refusals = _PresettledRefusals(self)
         self._unauthorized = None   # why the logged-in user may not use this service
         self._refused_before_login = None   # why it was turned away before its login
+        # S2.6: the broker's memory states, which admin connections are not held to,
+        # and the producer links waiting for the state to fall below RED.
+        self.memory = None if self.config.admin_requests is not None else \
+            self.broker.memory
+        self._memory_links = set()
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -235,6 +250,8 @@ class AmqpBrokerSession(BrokerSession):
         for link in links:
             self._release(link, remove=False)
         self._held = dict.fromkeys(self._held, 0)
+        if self.memory is not None:
+            self.memory.forget(self._memory_fell)
 
     def disconnect(self, reason):
         """Close the connection with C{reason} (S9.6: a slow subscriber let go)."""
@@ -309,13 +326,21 @@ class AmqpBrokerSession(BrokerSession):
         target.revoked = functools.partial(self._revoke, link)
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
-        consumer = self.broker.open_consumer(
-            None if source.dynamic else _address(source.address), target,
-            capabilities=source.capabilities or (), presettled=link.presettled,
-            durable_name=link.name if durable and not source.dynamic else None,
-            container_id=self.container_id, dynamic=bool(source.dynamic),
-            selector=selector, requester=Requester.of(
-                self.principal, self, self.peer, self.config.service))
+        requester = Requester.of(self.principal, self, self.peer, self.config.service)
+        consumer = None
+        if source.distribution_mode == _COPY and not source.dynamic:
+            # Browsing a queue (None for a topic, whose subscribers get copies anyway).
+            consumer = open_browser(
+                self.broker, _address(source.address), target,
+                capabilities=source.capabilities or (), presettled=link.presettled,
+                selector=selector, requester=requester)
+        if consumer is None:
+            consumer = self.broker.open_consumer(
+                None if source.dynamic else _address(source.address), target,
+                capabilities=source.capabilities or (), presettled=link.presettled,
+                durable_name=link.name if durable and not source.dynamic else None,
+                container_id=self.container_id, dynamic=bool(source.dynamic),
+                selector=selector, requester=requester)
         if consumer.queue.pattern is not None:
             try:
                 self.check_flows("subscription", self._held["subscription"])
@@ -366,7 +391,11 @@ class AmqpBrokerSession(BrokerSession):
         link.attach(source=link.remote.source, target=target,
                     snd_settle_mode=link.remote.snd_settle_mode,
                     max_message_size=self.config.max_message_size)
-        link.flow(self._credit_for(producer))
+        credit = self._grant_for(producer)
+        if credit:
+            link.flow(credit)
+        else:
+            self._wait_for_memory(link)   # RED (S2.6): credit once it falls
 
     def _link_detached(self, event):
         link = event.link
@@ -386,6 +415,7 @@ class AmqpBrokerSession(BrokerSession):
 
     def _release(self, link, remove):
         self._withheld.discard(link)
+        self._memory_links.discard(link)
         self._refusals.forget(link)
         context, link.context = link.context, None
         if context is None:
@@ -428,6 +458,8 @@ class AmqpBrokerSession(BrokerSession):
         if producer is None:
             return
         try:
+            if self.memory is not None and self.memory.check() == RED_LEVEL:
+                raise self.memory.refusal()   # S2.6: sent on credit from before RED
             message = self.broker_message(parse_message(event.payload))
             stored = producer.send(message)
         except ProtocolError as error:
@@ -463,7 +495,7 @@ class AmqpBrokerSession(BrokerSession):
             return   # no top-up can be due: the cheap test of every message
         if self._withhold(link, producer):
             return
-        grant = self._credit_for(producer)
+        grant = self._grant_for(producer)
         if link.credit <= grant // 2:
             link.flow(grant)
 
@@ -482,7 +514,28 @@ class AmqpBrokerSession(BrokerSession):
             self._withheld.add(link)
             self.backlog.when_eased(functools.partial(self._restore_credit, link))
             return True
+        if self.memory is not None and self.memory.check() == RED_LEVEL:
+            self._wait_for_memory(link)
+            return True
         return False
+
+    def _wait_for_memory(self, link):
+        """S2.6: no credit while the memory state is RED; restored when it falls."""
+        self._withheld.add(link)
+        self._memory_links.add(link)
+        self.memory.when_accepting(self._memory_fell)
+
+    def _memory_fell(self):
+        links, self._memory_links = self._memory_links, set()
+        for link in links:
+            self._restore_credit(link)
+
+    def _grant_for(self, producer):
+        """L{_credit_for}, at most the memory state's batch: 0 at RED (S2.6)."""
+        credit = self._credit_for(producer)
+        if self.memory is None:
+            return credit
+        return self.memory.credit(credit)
 
     def _credit_for(self, producer):
         """The credit to grant: C{producer_credit}, or near a FLOW_CONTROL limit half
@@ -531,7 +584,7 @@ class AmqpBrokerSession(BrokerSession):
         if producer is None or link.state is not LinkState.ATTACHED or \
                 self._withhold(link, producer):
             return
-        link.flow(max(link.credit, self._credit_for(producer)))
+        link.flow(max(link.credit, self._grant_for(producer)))
         self.request_flush()
 
     def _deliveries_settled(self, event):
@@ -743,7 +796,9 @@ _COPY = Symbol("copy")
 
 
 def _consume_operations(source):
-    return (BROWSE, CONSUME) if source.distribution_mode == _COPY else (CONSUME,)
+    # A copying receiver browses (a queue; on a topic the browse rule is the consume
+    # rule, L{BrokerSession.authorize}): it takes nothing away.
+    return (BROWSE,) if source.distribution_mode == _COPY else (CONSUME,)
 
 
 def _connection_refusal(config, principal, peer):

@@ -10,6 +10,9 @@ What STOMP means in broker terms:
   as messages are acknowledged;
 - ACK settles (``client``: every unacknowledged message of that subscription up to and
   including the one named), NACK gives the message back for redelivery;
+- ``browser:true`` on SUBSCRIBE browses a queue (L{mqgate.core.browse}): copies of
+  what it holds, nothing taken, then a MESSAGE with ``browser:end`` and no body (as
+  ActiveMQ does);
 - BEGIN/COMMIT/ABORT: sends and acks inside a transaction are held and take effect on
   COMMIT only;
 - every frame that asks for a receipt gets one after its effect is done;
@@ -21,6 +24,10 @@ What STOMP means in broker terms:
   that filled it. Persistent SENDs waiting for the store hold the socket back the same
   way once the connection has as many waiting as its L{StoreBacklog} allows: without
   receipts nothing else would bound them.
+- memory states (S2.6, L{mqgate.core.memory}): at RED a SEND is not acted on, and the
+  socket is not read, until the state falls (its receipt comes then: nothing is lost,
+  nothing refused); below RED, every batch of the state's count of SENDs (5000, 500,
+  50) pauses the reading for one reactor turn, so that consumers are served in between.
 """
 
 import collections
@@ -31,7 +38,9 @@ from twisted.internet import defer
 
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog, Unauthorized)
+from mqgate.core.browse import Browser, open_browser
 from mqgate.core.dead import UNRENDERABLE
+from mqgate.core.memory import RED_LEVEL
 from mqgate.core.selectors import SelectorError
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
@@ -39,7 +48,7 @@ from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
     REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
 )
-from mqgate.security.access import CONSUME
+from mqgate.security.access import BROWSE, CONSUME
 from mqgate.stomp.events import (
     Abort, Ack, Begin, Commit, ConnectRequested, Disconnect, IngressRefused, Nack, Send,
     Subscribe, Unsubscribe,
@@ -117,7 +126,7 @@ class _Subscription:
     connection's egress key (S9.1)."""
 
     __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session",
-                 "queued", "unbounded", "template")
+                 "queued", "unbounded", "template", "browse_ended")
 
     def __init__(self, session, sub_id, destination, ack, prefetch):
         self.session = session
@@ -131,6 +140,7 @@ class _Subscription:
         self.unbounded = False   # ack:auto on a non-durable topic subscription
         # The fixed part of every MESSAGE frame of this subscription, encoded once.
         self.template = session.engine.message_template(sub_id, destination)
+        self.browse_ended = False   # a browser's browser:end MESSAGE was written
 
     def deliver(self, delivery):
         """The core's target: file the delivery in the egress queues."""
@@ -168,7 +178,22 @@ class _Subscription:
         else:
             self.unacked[ack_id] = delivery
             session.acks[ack_id] = self
+        if type(self.consumer) is Browser:
+            self.end_browse()
         return delivery.message.size
+
+    def end_browse(self):
+        """A browser (C{browser:true}) that has handed out its last message, all of
+        it written: the MESSAGE with C{browser:end} that ActiveMQ sends, once."""
+        consumer = self.consumer
+        if self.browse_ended or not consumer.finished or self.queued:
+            return
+        session = self.session
+        if session.subscriptions.get(self.id) is not self:
+            return
+        self.browse_ended = True
+        session.engine.write_message(self.template, "0", [("browser", "end")], b"")
+        session.request_flush()
 
     def _frame(self, delivery, discarded, ack_id):
         """Put the MESSAGE frame into the engine: True if written, False if the
@@ -242,6 +267,10 @@ _UNMAPPED_ALL = (UNMAPPED_HEADER, "message")
 
 #: What blocks a connection whose L{StoreBacklog} is over its bound (S2.7).
 _STORE = "the store"
+#: What blocks a connection while the memory state is RED, and for one turn after a
+#: batch of SENDs below it (S2.6).
+_MEMORY = "memory"
+_PACE = "memory pace"
 
 
 class StompBrokerSession(BrokerSession):
@@ -264,6 +293,7 @@ class StompBrokerSession(BrokerSession):
         self._ack_ids = itertools.count(1)
         self._session_id = f"mqgate-{next(_session_ids)}"
         self._produce = None   # the SENDs' access decisions (S4.5), once logged in
+        self._paced = 0        # SENDs since the reading last paused a turn (S2.6)
 
     def flows(self):
         """See L{BrokerSession.flows}: one consumer per SUBSCRIBE, a producer per
@@ -355,6 +385,8 @@ class StompBrokerSession(BrokerSession):
         logged and does not leave the others attached (no ghost consumers).
         """
         self.unregister_client()
+        if self.broker.memory is not None:
+            self.broker.memory.forget(self._memory_fell)
         self._forget_transactions()
         subscriptions, self.subscriptions = self.subscriptions, {}
         for subscription in subscriptions.values():
@@ -400,8 +432,31 @@ class StompBrokerSession(BrokerSession):
             self._check_size(event)
             self._hold(event.transaction, self._publish, event, _frame_size(event))
             self._receipt(event)
-        else:
+        elif not self._memory_holds(event):
             self._receipt_when_stored(event, self._publish(event))
+
+    def _memory_fell(self):
+        self._unblocked(_MEMORY)   # S2.6: the memory state fell below RED
+
+    def _memory_holds(self, event):
+        """S2.6: at RED, keep C{event} (and what follows it) until the state falls
+        (C{True}); every batch of SENDs, let the reactor serve others for a turn."""
+        memory = self.broker.memory
+        if memory is None:
+            return False
+        if memory.check() == RED_LEVEL:
+            if _MEMORY not in self._blocked:
+                self._block(_MEMORY)
+                memory.when_accepting(self._memory_fell)
+            self._waiting.append(event)
+            return True
+        self._paced += 1
+        if self._paced >= memory.batch:
+            self._paced = 0
+            if _PACE not in self._blocked:
+                self._block(_PACE)
+                self.clock.callLater(0, self._unblocked, _PACE)
+        return False
 
     def _receipt_when_stored(self, event, stored):
         """The RECEIPT of a frame whose persistent messages (C{stored}: a Deferred or
@@ -517,15 +572,23 @@ class StompBrokerSession(BrokerSession):
         for name in _DURABLE_HEADERS:
             durable_name = durable_name or _header(event.headers, name)
         _refuse_admin_address(event.destination)
-        _check(self.authorize(event.destination, (), CONSUME))
+        browser = _header(event.headers, "browser") == "true"
+        _check(self.authorize(event.destination, (), BROWSE if browser else CONSUME))
         self.check_flows("egress", len(self.subscriptions))
         subscription = _Subscription(self, event.id, event.destination, event.ack, prefetch)
+        requester = Requester.of(self.principal, self, self.peer, self.config.service)
         try:
-            subscription.consumer = self.broker.open_consumer(
-                event.destination, subscription, presettled=event.ack == "auto",
-                durable_name=durable_name, container_id=self.client_id,
-                selector=_header(event.headers, "selector"), requester=Requester.of(
-                    self.principal, self, self.peer, self.config.service))
+            if browser:
+                # A queue browser (ActiveMQ's header): copies, then browser:end.
+                subscription.consumer = open_browser(
+                    self.broker, event.destination, subscription,
+                    presettled=event.ack == "auto",
+                    selector=_header(event.headers, "selector"), requester=requester)
+            if subscription.consumer is None:
+                subscription.consumer = self.broker.open_consumer(
+                    event.destination, subscription, presettled=event.ack == "auto",
+                    durable_name=durable_name, container_id=self.client_id,
+                    selector=_header(event.headers, "selector"), requester=requester)
         except SelectorError as error:
             raise _Error("invalid selector", error.description) from None
         except Unauthorized as error:
@@ -540,6 +603,8 @@ class StompBrokerSession(BrokerSession):
                 raise
         self.subscriptions[event.id] = subscription
         subscription.unbounded = files_as_routed(subscription.consumer)
+        if type(subscription.consumer) is Browser:
+            subscription.consumer.on_finished = subscription.end_browse
         self._receipt(event)
         self.egress.refresh(subscription)
 

@@ -100,6 +100,14 @@ _BROKER_FAMILIES = (
     ("queues", "queues", _G, "Queues, temporary ones included."),
     ("topics", "topics", _G, "Topics, temporary ones included."),
     ("subscriptions", "subscriptions", _G, "Topic subscriptions, durable or not."),
+    ("memory_state", "memory_level", _G,
+     "The memory state: 0 GREEN, 1 YELLOW, 2 ORANGE, 3 RED (new messages refused)."),
+    ("memory_used_bytes", "memory_used_bytes", _G,
+     "Bytes the memory states count: the messages held plus an overhead each."),
+    ("memory_limit_bytes", "memory_limit_bytes", _G,
+     "The memory budget the states are reckoned against (mqgate.memory.limit)."),
+    ("memory_state_changes", "memory_state_changes", _C,
+     "Changes of the memory state since the broker started."),
 )
 _SERVICE_FAMILIES = (
     ("connections", "connections", _G, "Open connections, by connection service."),

@@ -166,7 +166,10 @@ def broker_snapshot(context):
     count, as C{query bkr}'s), C{connections_opened}/C{_closed} and
     C{connection_bytes_in}/C{_out} (what every service read from and wrote to its
     sockets, protocol framing included), C{uptime_seconds}, C{timestamp} (the clock's
-    seconds).
+    seconds); with memory states (S2.6), those of
+    L{mqgate.core.memory.MemoryStates.snapshot} (C{memory_state}, C{memory_level},
+    C{memory_used_bytes}, C{memory_limit_bytes}, C{memory_percent},
+    C{memory_state_changes}).
     """
     stats = context.broker.stats
     result = {
@@ -181,6 +184,9 @@ def broker_snapshot(context):
         "destinations": stats["queues"] + stats["topics"],
     }
     result.update(_attached(context.broker))
+    memory = context.broker.memory
+    if memory is not None:
+        result.update(memory.snapshot())   # S2.6: the memory state and its figures
     sources = _sources(context)
     if sources is not None:
         services = [service_snapshot(context, name) for name in service_names(context)]
