@@ -24,6 +24,7 @@ from mqgate.amqp.message import parse_message
 from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.persistence import Persistence
+from mqgate.core.transactions import TransactionLimits as CoreTransactionLimits
 from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import PREFIX as CLIENT_PROFILE_PREFIX, profiles_from_settings
 from mqgate.errors import ConfigError
@@ -422,6 +423,11 @@ def build_broker(settings, reactor):
         max_topic_levels=settings["mqgate.topic.max_levels"]),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
+    broker.transaction_limits = CoreTransactionLimits(
+        max_messages=settings["mqgate.transaction.max_messages"],
+        max_bytes=settings["mqgate.transaction.max_bytes"],
+        max_per_connection=settings["mqgate.transaction.max_per_connection"],
+        timeout=settings["mqgate.transaction.timeout"])
     authenticator, identities, login_threads, reload_users = _authenticator(
         settings, reactor)
     authenticator = AuditingAuthenticator(authenticator, audit)

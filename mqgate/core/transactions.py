@@ -248,7 +248,9 @@ class Transaction:
             f"({failure.getErrorMessage()})")
 
     def _give_back(self):
-        for outcome in self.outcomes.values():
+        # Each goes back to the head of its queue: the last one first, so that they
+        # come again in the order they came.
+        for outcome in reversed(list(self.outcomes.values())):
             if outcome.held:
                 outcome.consumer.settle(outcome.delivery, MODIFIED, delivery_failed=True)
         self._forget()

@@ -94,13 +94,17 @@ def test_rollback_gives_deliveries_back_with_their_count_raised():
     """A rolled back acknowledgement puts the message back on its queue, redelivered
     with its delivery count raised."""
     broker, store, clock = _broker()
-    broker.open_producer("queue://in").send(BrokerMessage(b"work"))
+    producer = broker.open_producer("queue://in")
+    producer.send(BrokerMessage(b"one"))
+    producer.send(BrokerMessage(b"two"))
     consumer, target = consume(broker, "queue://in", credit=2)
     txn = Transactions(broker, clock).declare()
     txn.settle(consumer, target.deliveries[0])
+    txn.settle(consumer, target.deliveries[1])
     txn.rollback()
-    assert len(target.deliveries) == 2
-    assert target.deliveries[1].delivery_count == 1
+    consumer.set_credit(2)
+    assert target.payloads == [b"one", b"two", b"one", b"two"]
+    assert [d.delivery_count for d in target.deliveries[2:]] == [1, 1]
 
 
 def test_idle_transaction_times_out_and_its_next_use_says_so():
