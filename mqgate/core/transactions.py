@@ -135,9 +135,10 @@ class Transaction:
 
     log = Logger(namespace="mqgate.transactions")
 
-    def __init__(self, owner, txn_id):
+    def __init__(self, owner, txn_id, name=None):
         self._owner = owner
         self.txn_id = txn_id
+        self.name = txn_id.decode("ascii") if name is None else name
         self.state = OPEN
         self.publishes = []
         self.outcomes = {}    # delivery -> _Outcome (the latest outcome given wins)
@@ -159,15 +160,15 @@ class Transaction:
         L{TransactionLimitExceeded} past this transaction's limits and the errors of a
         transaction no longer open. The transaction stays open when one is raised.
         """
-        self._check_open()
+        self.check_open()
         limits = self._owner.limits
         if self._count() >= limits.max_messages:
             raise TransactionLimitExceeded(
-                f"transaction {self._name} already holds {limits.max_messages} messages "
+                f"transaction {self.name} already holds {limits.max_messages} messages "
                 "and acknowledgements, the most allowed (mqgate.transaction.max_messages)")
         if self.size + message.size > limits.max_bytes:
             raise TransactionLimitExceeded(
-                f"transaction {self._name} would hold more than {limits.max_bytes} bytes "
+                f"transaction {self.name} would hold more than {limits.max_bytes} bytes "
                 "of messages (mqgate.transaction.max_bytes)")
         destination = producer.admit(message)
         self.publishes.append(_Publish(producer, destination, message))
@@ -178,10 +179,10 @@ class Transaction:
                undeliverable_here=False):
         """Give C{delivery} (in flight with C{consumer}) C{outcome} at the commit; the
         arguments are those of L{mqgate.core.deliveries.Consumer.settle}."""
-        self._check_open()
+        self.check_open()
         if delivery not in self.outcomes and self._count() >= self._owner.limits.max_messages:
             raise TransactionLimitExceeded(
-                f"transaction {self._name} already holds {self._owner.limits.max_messages}"
+                f"transaction {self.name} already holds {self._owner.limits.max_messages}"
                 " messages and acknowledgements, the most allowed "
                 "(mqgate.transaction.max_messages)")
         self.outcomes[delivery] = _Outcome(consumer, delivery, outcome, delivery_failed,
@@ -199,7 +200,7 @@ class Transaction:
             their queues), or with the error of a transaction no longer open.
         """
         try:
-            self._check_open()
+            self.check_open()
         except ProtocolError as error:
             return defer.fail(error)
         self._end(COMMITTING)
@@ -244,7 +245,7 @@ class Transaction:
         self.state = ROLLED_BACK
         self._give_back()
         raise TransactionRolledBack(
-            f"transaction {self._name} was rolled back: the store did not commit it "
+            f"transaction {self.name} was rolled back: the store did not commit it "
             f"({failure.getErrorMessage()})")
 
     def _give_back(self):
@@ -262,27 +263,24 @@ class Transaction:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    def _check_open(self):
+    def check_open(self):
+        """Raise the error of a transaction that is no longer open (timed out, ended)."""
         state = self.state
         if state is OPEN:
             return
         if state is TIMED_OUT:
             raise TransactionTimedOut(
-                f"transaction {self._name} was rolled back after "
+                f"transaction {self.name} was rolled back after "
                 f"{self._owner.limits.timeout:g} seconds without use "
                 "(mqgate.transaction.timeout)")
-        raise UnknownTransaction(f"transaction {self._name} is {state}")
+        raise UnknownTransaction(f"transaction {self.name} is {state}")
 
     def _count(self):
         return len(self.publishes) + len(self.outcomes)
 
     @property
-    def _name(self):
-        return self.txn_id.decode("ascii", "replace")
-
-    @property
     def _store_id(self):
-        return f"{self._owner.prefix}{self._name}"
+        return f"{self._owner.prefix}{self.txn_id.decode('ascii')}"
 
     def _arm(self):
         # Idle timeout: every use pushes the deadline back; one delayed call per
@@ -300,7 +298,7 @@ class Transaction:
         self._timer = None
         if self.state is OPEN:
             self.log.info("transaction {txn} of {owner} rolled back: idle for {timeout}"
-                          " seconds (mqgate.transaction.timeout)", txn=self._name,
+                          " seconds (mqgate.transaction.timeout)", txn=self.name,
                           owner=self._owner.who, timeout=self._owner.limits.timeout)
             self.rollback(TIMED_OUT)
 
@@ -372,8 +370,9 @@ class Transactions:
     def __len__(self):
         return len(self._open)
 
-    def declare(self):
-        """A new open transaction.
+    def declare(self, name=None):
+        """A new open transaction; C{name} is what errors call it (the client's name
+        for it, STOMP's C{transaction} header), by default its id.
 
         @raise TransactionLimitExceeded: the connection has
             C{mqgate.transaction.max_per_connection} open already.
@@ -384,7 +383,7 @@ class Transactions:
                 f"this connection already has {len(self._open)} open transactions, the "
                 f"most allowed (mqgate.transaction.max_per_connection is {limit})")
         txn_id = str(next(self._ids)).encode("ascii")
-        transaction = self._open[txn_id] = Transaction(self, txn_id)
+        transaction = self._open[txn_id] = Transaction(self, txn_id, name)
         return transaction
 
     def get(self, txn_id):
