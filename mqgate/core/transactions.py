@@ -161,11 +161,8 @@ class Transaction:
         transaction no longer open. The transaction stays open when one is raised.
         """
         self.check_open()
+        self._check_room()
         limits = self._owner.limits
-        if self._count() >= limits.max_messages:
-            raise TransactionLimitExceeded(
-                f"transaction {self.name} already holds {limits.max_messages} messages "
-                "and acknowledgements, the most allowed (mqgate.transaction.max_messages)")
         if self.size + message.size > limits.max_bytes:
             raise TransactionLimitExceeded(
                 f"transaction {self.name} would hold more than {limits.max_bytes} bytes "
@@ -180,11 +177,8 @@ class Transaction:
         """Give C{delivery} (in flight with C{consumer}) C{outcome} at the commit; the
         arguments are those of L{mqgate.core.deliveries.Consumer.settle}."""
         self.check_open()
-        if delivery not in self.outcomes and self._count() >= self._owner.limits.max_messages:
-            raise TransactionLimitExceeded(
-                f"transaction {self.name} already holds {self._owner.limits.max_messages}"
-                " messages and acknowledgements, the most allowed "
-                "(mqgate.transaction.max_messages)")
+        if delivery not in self.outcomes:
+            self._check_room()
         self.outcomes[delivery] = _Outcome(consumer, delivery, outcome, delivery_failed,
                                            undeliverable_here)
         self._arm()
@@ -275,8 +269,12 @@ class Transaction:
                 "(mqgate.transaction.timeout)")
         raise UnknownTransaction(f"transaction {self.name} is {state}")
 
-    def _count(self):
-        return len(self.publishes) + len(self.outcomes)
+    def _check_room(self):
+        most = self._owner.limits.max_messages
+        if len(self.publishes) + len(self.outcomes) >= most:
+            raise TransactionLimitExceeded(
+                f"transaction {self.name} already holds {most} messages and "
+                "acknowledgements, the most allowed (mqgate.transaction.max_messages)")
 
     @property
     def _store_id(self):

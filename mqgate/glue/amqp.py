@@ -150,7 +150,8 @@ class AmqpBrokerSession(BrokerSession):
         self._refusals = _PresettledRefusals(self)
         self._unauthorized = None   # why the logged-in user may not use this service
         self._refused_before_login = None   # why it was turned away before its login
-        self.transactions = AmqpTransactions(self)   # local transactions (S6.3)
+        # Local transactions (S6.3).
+        self.transactions = AmqpTransactions(self, self._refusals.refused)
 
     def handle(self, events):
         """Act on a list of engine events, in order."""

@@ -26,12 +26,11 @@ No I/O: the AMQP glue calls in with engine events and the engine writes the answ
 """
 
 from mqgate.amqp import conditions as c
-from mqgate.amqp.message import parse_message
+from mqgate.amqp.link import LinkState
+from mqgate.amqp.message import AMQP_VALUE, parse_message
 from mqgate.amqp.performatives import (
     Accepted, Coordinator, Declare, Declared, Discharge, Error, Modified, Rejected,
     Released, TransactionalState, from_described)
-from mqgate.amqp.link import LinkState
-from mqgate.amqp.message import AMQP_VALUE
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.deliveries import ACCEPTED, MODIFIED, REJECTED, RELEASED
 from mqgate.core.transactions import Transactions
@@ -72,10 +71,13 @@ class AmqpTransactions:
     """The transactions of one AMQP connection.
 
     @param session: the L{mqgate.glue.amqp.AmqpBrokerSession}.
+    @param refused: C{refused(link, condition, description)}: what the session does
+        with a pre-settled message it refuses (it cannot be answered).
     """
 
-    def __init__(self, session):
+    def __init__(self, session, refused):
         self._session = session
+        self._refused = refused
         self.core = Transactions(session.broker, session.clock, session.peer)
 
     # -- the coordinator link -----------------------------------------------------------
@@ -149,7 +151,7 @@ class AmqpTransactions:
             transaction.publish(producer, message)
         except ProtocolError as error:
             if event.settled:
-                session._refusals.refused(link, error.condition, error.description)
+                self._refused(link, error.condition, error.description)
             else:
                 link.settle(event.delivery_id, _rejected(error.condition,
                                                          error.description))

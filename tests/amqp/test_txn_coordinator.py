@@ -4,10 +4,10 @@ from a client engine through the real adapter and core on a StringTransport and 
 
 import pytest
 
-from mqgate.amqp.events import DeliveriesSettled
+from mqgate.amqp.events import DeliveriesSettled, MessageReceived
 from mqgate.amqp.message import AMQP_VALUE, encode_message
 from mqgate.amqp.performatives import (
-    SENDER, Accepted, Coordinator, Declare, Declared, Discharge, Rejected, Source,
+    RECEIVER, SENDER, Accepted, Coordinator, Declare, Declared, Discharge, Rejected, Source,
     TransactionalState, encode_composite, from_described)
 from mqgate.amqp.codec import decode
 from mqgate.amqp.types import Described, Symbol
@@ -127,3 +127,32 @@ def test_part4_types_round_trip(value):
     decoded, _ = decode(encode_composite(value), 0)
     assert isinstance(decoded, Described)
     assert from_described(decoded) == value
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["commit", "rollback"])
+def test_transactional_acceptance_applies_at_discharge(harness, fail):
+    """A receiver's unsettled disposition with transactional-state(txn, accepted)
+    leaves the message in flight (the broker does not settle it back); a commit then
+    removes it from the queue, a rollback redelivers it with its count raised."""
+    controller = Controller(harness)
+    sender = attach(controller.peer, SENDER, "queue://work", name="snd")
+    sender.send(encode_message(b"job"), settled=True)
+    controller.peer.pump()
+    txn_id = controller.declare()
+    receiver = attach(controller.peer, RECEIVER, "queue://work", credit=2, name="rcv")
+    (message,) = [e for e in controller.peer.events if isinstance(e, MessageReceived)]
+    written = len(controller.peer.written)
+    receiver.settle(message.delivery_id,
+                    TransactionalState(txn_id=txn_id, outcome=Accepted()), settled=False)
+    controller.peer.pump()
+    assert len(controller.peer.written) == written   # nothing settled back
+    queue = harness.broker.queue("work")
+    assert queue.in_flight == 1
+    assert isinstance(controller.send(Discharge(txn_id=txn_id, fail=fail)), Accepted)
+    controller.peer.pump()
+    deliveries = [e for e in controller.peer.events if isinstance(e, MessageReceived)]
+    if fail:
+        assert len(deliveries) == 2 and queue.in_flight == 1
+        assert b"job" in deliveries[1].payload
+    else:
+        assert len(deliveries) == 1 and queue.in_flight == 0 and queue.depth == 0
