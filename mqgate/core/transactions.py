@@ -351,16 +351,16 @@ class Transactions:
     @param who: how the log names the connection (its peer address).
     """
 
-    _connections = itertools.count(1)
-
     def __init__(self, broker, clock, who="?"):
         self.broker = broker
         self.clock = clock
         self.who = who
         self.limits = broker.transaction_limits
-        # Store transaction ids must be unique in the broker, and across restarts a
-        # store forgets open ones, so a per-broker connection number is enough.
-        self.prefix = f"c{next(self._connections)}-"
+        # Store transaction ids must be unique among those the store has open: this
+        # object lives while any of its transactions is committing (the store's
+        # callbacks hold it), so its id() cannot be another's meanwhile; a restart
+        # forgets open store transactions.
+        self.prefix = f"c{id(self):x}-"
         self._open = {}
         self._ids = itertools.count(1)
         self._timed_out = collections.OrderedDict()
