@@ -27,6 +27,7 @@ from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.dead import TIME as DEAD_TIME
 from mqgate.core.expiry import ExpiryReaper
 from mqgate.core.persistence import Persistence
+from mqgate.core.transactions import TransactionLimits as CoreTransactionLimits
 from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import PREFIX as CLIENT_PROFILE_PREFIX, profiles_from_settings
 from mqgate.errors import ConfigError
@@ -478,6 +479,11 @@ def build_broker(settings, reactor):
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
+    broker.transaction_limits = CoreTransactionLimits(
+        max_messages=settings["mqgate.transaction.max_messages"],
+        max_bytes=settings["mqgate.transaction.max_bytes"],
+        max_per_connection=settings["mqgate.transaction.max_per_connection"],
+        timeout=settings["mqgate.transaction.timeout"])
     authenticator, identities, login_threads, reload_users = _authenticator(
         settings, reactor)
     authenticator = AuditingAuthenticator(authenticator, audit)

@@ -21,7 +21,8 @@ __all__ = [
     "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close",
     "Error", "SaslMechanisms", "SaslInit", "SaslChallenge", "SaslResponse", "SaslOutcome",
     "Source", "Target", "Received", "Accepted", "Rejected", "Released", "Modified",
-    "DeleteOnClose", "Coordinator", "from_described", "encode_composite",
+    "DeleteOnClose", "Coordinator", "Declare", "Discharge", "Declared",
+    "TransactionalState", "from_described", "encode_composite",
 ]
 
 _REGISTRY = {}
@@ -399,11 +400,31 @@ Target = _composite("Target", 0x29, "amqp:target:list", [
 DeleteOnClose = _composite("DeleteOnClose", 0x2B, "amqp:delete-on-close:list", [],
                            "Lifetime policy of a dynamic node (section 3.5.10).")
 
-# -- Part 4: transactions (the coordinator target, so a transactional attach can be
-# recognised and refused clearly until transactions are implemented). ----------------------
+# -- Part 4: transactions (section 4.5): the coordinator target, the control messages
+# carried as amqp-value bodies on a link to it, and the two delivery states. -------------
 Coordinator = _composite("Coordinator", 0x30, "amqp:coordinator:list", [
     ("capabilities", "symbols", None),
 ], "The target of a transaction controller link (Part 4 section 4.5.1).")
+
+Declare = _composite("Declare", 0x31, "amqp:declare:list", [
+    ("global_id", "*", None),
+], "Ask the coordinator for a new transaction (section 4.5.2); a global-id asks for a "
+   "distributed one.")
+
+Discharge = _composite("Discharge", 0x32, "amqp:discharge:list", [
+    ("txn_id", "binary", None),
+    ("fail", "boolean", None),
+], "End a transaction: commit, or roll back when fail is true (section 4.5.3).")
+
+Declared = _composite("Declared", 0x33, "amqp:declared:list", [
+    ("txn_id", "binary", None),
+], "The outcome of a declare: the new transaction's id (section 4.5.4).")
+
+TransactionalState = _composite("TransactionalState", 0x34, "amqp:transactional-state:list", [
+    ("txn_id", "binary", None),
+    ("outcome", "outcome", None),
+], "A transfer or disposition that belongs to a transaction, with the outcome it will "
+   "have if the transaction commits (section 4.5.5).")
 
 # Frame body codes, for dispatch tables in the engine.
 OPEN, BEGIN, ATTACH, FLOW, TRANSFER, DISPOSITION, DETACH, END, CLOSE = range(0x10, 0x19)

@@ -48,7 +48,7 @@ from mqgate.amqp.handles import NumberPool
 from mqgate.amqp.link import Link, LinkError, LinkState, MessageTooBig
 from mqgate.amqp.performatives import (
     RECEIVER, SENDER, Accepted, Begin, Disposition, End, Error, Flow, Modified, Rejected,
-    Released, Transfer,
+    Released, TransactionalState, Transfer,
 )
 
 __all__ = ["Session", "SessionState", "INCOMING_WINDOW"]
@@ -476,7 +476,8 @@ class Session:
             raise AmqpRemoteError("disposition lacks the mandatory first", c.INVALID_FIELD)
         settled = bool(disposition.settled)
         state = disposition.state
-        if not settled and type(state) not in _TERMINAL:
+        transactional = type(state) is TransactionalState
+        if not settled and type(state) not in _TERMINAL and not transactional:
             return
         last = first if disposition.last is None else disposition.last
         unsettled = self._unsettled_out
@@ -486,8 +487,11 @@ class Session:
             if entry is None:
                 continue  # already settled or unknown: ignore (FACTS section 3.3)
             by_link.setdefault(entry[0], []).append(entry[1])
-            if not settled:
+            if not settled and not transactional:
                 # The receiver wants us to settle (rcv-settle-mode second): do it now.
+                # A transactional outcome (Part 4 section 4.4.2) is reported but not
+                # settled here: it takes effect when its transaction commits, and the
+                # peer settles it when it likes (Proton leaves it unsettled).
                 self._queue_disposition(delivery_id, state, True, SENDER)
         for link, contexts in by_link.items():
             events.append(DeliveriesSettled(link, contexts, state, True))

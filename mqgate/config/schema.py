@@ -719,6 +719,19 @@ KEYS = (
         "Message bytes all the open STOMP transactions of one connection may hold "
         "together; past it the transaction that would pass it is aborted with an ERROR "
         "frame."),
+    Key("mqgate.transaction.max_messages", Int(1, 100000000), "10000",
+        "Messages sent plus messages acknowledged in one transaction (AMQP or STOMP); one "
+        "more is refused when it is sent, and the transaction stays open."),
+    Key("mqgate.transaction.max_bytes", Size(1024), "64m",
+        "Bytes of the messages one transaction (AMQP or STOMP) may send before it "
+        "commits; a message that would pass it is refused when it is sent."),
+    Key("mqgate.transaction.max_per_connection", Int(1, 1000000), "16",
+        "Transactions one connection may have open at once (AMQP declare, STOMP BEGIN); "
+        "one more is refused."),
+    Key("mqgate.transaction.timeout", Seconds(0, 86400), "300",
+        "Seconds a transaction may stay unused before it is rolled back (its messages "
+        "dropped, its acknowledged messages redelivered); its next use fails with a "
+        "timeout error. 0: never."),
     Key("mqgate.authentication.basic.user_repository", Choice(("file", "ldap")), "file",
         "Where user names and passwords are checked."),
     Key("mqgate.user_repository.file.dirpath", Text(), "",

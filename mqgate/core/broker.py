@@ -32,6 +32,7 @@ from mqgate.core.message import BrokerMessage
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
+from mqgate.core.transactions import TransactionLimits
 from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
 
 __all__ = [
@@ -303,6 +304,29 @@ class Producer:
         if destination.full:
             self._block(destination)
         return None
+
+    def admit(self, message):
+        """The destination C{message} would go to, checked as L{send} checks it, but
+        not sent: a transaction publishes it at its commit, through
+        L{enqueue_committed} (S6.3). Raises what L{send} raises for a message it
+        refuses; takes no seq and counts nothing."""
+        if self.closed:
+            raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
+        self._system.admit(message.size)
+        destination = self._dest
+        if destination is None:
+            destination = self._route(message.to)
+        elif destination.deleted:
+            raise NotFound(f"destination {self.address} was deleted")
+        if destination.full:
+            _refuse_if_rejecting(destination)
+        return destination
+
+    def enqueue_committed(self, destination, targets, message):
+        """Enqueue a message of a committed transaction (admitted by L{admit}, stored
+        by the transaction if persistent) on C{destination}, or for a topic on the
+        subscriptions C{targets} it was routed to at the commit."""
+        self._enqueue(destination, targets, message)
 
     def _send_persistent(self, destination, message):
         # S3.6, fail closed: a persistent message is enqueued (so delivered) only once
@@ -576,6 +600,9 @@ class Broker:
 
     log = Logger(namespace="mqgate.broker")
     on_destination = None
+    #: The L{mqgate.core.transactions.TransactionLimits} of every connection's
+    #: transactions (S6.3); the wiring sets the configured ones.
+    transaction_limits = TransactionLimits()
     reserved = None
     on_subscribe = None
     #: The L{mqgate.core.memory.MemoryStates} the glues ask before they grant producer

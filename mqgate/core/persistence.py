@@ -131,6 +131,9 @@ class QueueStore:
 
     def remove(self, message):
         """C{message} left this queue for good."""
+        retired = self._persistence.retired
+        if retired and (self.key, message.seq) in retired:
+            return   # a committed transaction removed it from the store already
         self._store.remove_message(self.key, message.seq).addErrback(
             self._persistence.failed, "remove a message from", self.key)
 
@@ -191,6 +194,9 @@ class Persistence:
         self.failures = {}
         # While recovery rebuilds the broker, what it creates is in the store already.
         self._restoring = False
+        # (key, seq) of messages a committed transaction removed from the store, while
+        # it settles their deliveries (L{retire}); empty otherwise: the cheap test.
+        self.retired = set()
 
     # -- what the broker calls ---------------------------------------------------------
 
@@ -245,6 +251,50 @@ class Persistence:
         the admin; C{None} when the store does not tell."""
         health = getattr(self.store, "health", None)
         return None if health is None else health.status()
+
+    # -- transactions (S3.1, S6.3) -------------------------------------------------------
+
+    def commit_batch(self, txn_id, adds, removes):
+        """Write a transaction's persistent messages as one store transaction: begin,
+        every add and remove with C{txn=}, commit. A crash before the store's commit
+        leaves none of them, after it all (S3.1).
+
+        @param txn_id: a store transaction id (str) unique in the broker.
+        @param adds: C{(key, seq, message)} to store.
+        @param removes: C{(key, seq)} to remove.
+        @return: a Deferred firing once the commit is durable; on a failure the store
+            transaction is rolled back and the Deferred fails.
+        """
+        store = self.store
+        d = store.begin(txn_id)
+
+        def write(_):
+            calls = [store.add_message(key, seq, self.encode(message), txn=txn_id)
+                     for key, seq, message in adds]
+            calls += [store.remove_message(key, seq, txn=txn_id) for key, seq in removes]
+            return defer.gatherResults(calls, consumeErrors=True)
+
+        def abandon(failure):
+            # Nothing of it may be committed later: roll it back, then report why.
+            store.rollback(txn_id).addErrback(lambda _: None)
+            if isinstance(failure.value, defer.FirstError):
+                failure = failure.value.subFailure
+            self.failed(failure, "commit transaction", txn_id)
+            return failure
+
+        d.addCallback(write)
+        d.addCallback(lambda _: store.commit(txn_id))
+        d.addErrback(abandon)
+        return d
+
+    def retire(self, removes):
+        """A transaction that removed C{removes} (C{(key, seq)}) from the store is
+        settling their deliveries: their queues' L{QueueStore.remove} must not remove
+        them again. L{retire_done} ends it."""
+        self.retired.update(removes)
+
+    def retire_done(self, removes):
+        self.retired.difference_update(removes)
 
     # -- failures ----------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from mqgate.amqp.link import LinkState
 from mqgate.amqp.message import parse_message
 from mqgate.amqp.performatives import (
     SND_SETTLED, SND_UNSETTLED, Accepted, Coordinator, Error, Modified,
-    Rejected, Released, Source,
+    Rejected, Released, Source, TransactionalState,
 )
 from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
@@ -51,6 +51,7 @@ from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog)
 from mqgate.core.browse import open_browser
 from mqgate.core.memory import RED_LEVEL
+from mqgate.glue.amqp_transactions import AmqpTransactions, Controller
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
@@ -164,6 +165,8 @@ class AmqpBrokerSession(BrokerSession):
         self.memory = None if self.config.admin_requests is not None else \
             self.broker.memory
         self._memory_links = set()
+        # Local transactions (S6.3).
+        self.transactions = AmqpTransactions(self, self._refusals.refused)
 
     def handle(self, events):
         """Act on a list of engine events, in order."""
@@ -252,6 +255,7 @@ class AmqpBrokerSession(BrokerSession):
         self._held = dict.fromkeys(self._held, 0)
         if self.memory is not None:
             self.memory.forget(self._memory_fell)
+        self.transactions.close()
 
     def disconnect(self, reason):
         """Close the connection with C{reason} (S9.6: a slow subscriber let go)."""
@@ -368,7 +372,8 @@ class AmqpBrokerSession(BrokerSession):
     def _attach_producer(self, link):
         target = link.remote.target
         if isinstance(target, Coordinator):
-            raise _refusal(c.NOT_IMPLEMENTED, "transactions are not supported yet")
+            self.transactions.attach(link)   # Part 4: local transactions (S6.3)
+            return
         if target is not None and target.dynamic:
             raise _refusal(c.NOT_IMPLEMENTED, "dynamic targets are not supported")
         # No target at all (rhea's open_sender()) or a target without an address: the
@@ -456,6 +461,12 @@ class AmqpBrokerSession(BrokerSession):
         link = event.link
         producer = link.context
         if producer is None:
+            return
+        if type(producer) is Controller:
+            self.transactions.control(link, event)   # declare or discharge
+            return
+        if event.state is not None and self.transactions.publish(link, producer, event):
+            self._credit_due.add(link)   # a transactional transfer (S6.3)
             return
         try:
             if self.memory is not None and self.memory.check() == RED_LEVEL:
@@ -592,6 +603,9 @@ class AmqpBrokerSession(BrokerSession):
         if consumer is None:
             return
         state = event.state
+        if type(state) is TransactionalState:
+            self.transactions.settle(consumer, event)   # applied at the commit (S6.3)
+            return
         outcome = _OUTCOMES.get(type(state), ACCEPTED if state is None else RELEASED)
         if outcome == MODIFIED:
             failed = bool(state.delivery_failed)
@@ -698,9 +712,9 @@ class _PresettledRefusals:
 
 
 def _target_address(link):
-    # A producer link's target is a Target or None (Coordinators are refused).
+    # A producer link's target is a Target or None (a Coordinator has no address).
     target = link.remote.target if link.remote is not None else None
-    if target is None or target.address is None:
+    if getattr(target, "address", None) is None:
         return "the anonymous relay"
     return str(target.address)
 
@@ -734,6 +748,19 @@ class _RelayGuard:
         if self._decisions is not None and isinstance(message.to, str):
             _check(self._decisions.check(message.to))
         return self._core.send(message)
+
+    def admit(self, message):
+        """A transactional send's checks (S6.3): those of L{send}, admin requests
+        refused (they are answered at once, never part of a transaction)."""
+        if is_admin_address(message.to):
+            raise _refusal(c.NOT_IMPLEMENTED, "admin requests cannot be part of a "
+                           "transaction")
+        if self._decisions is not None and isinstance(message.to, str):
+            _check(self._decisions.check(message.to))
+        return self._core.admit(message)
+
+    def enqueue_committed(self, destination, targets, message):
+        self._core.enqueue_committed(destination, targets, message)
 
     @property
     def blocked(self):

@@ -13,8 +13,11 @@ What STOMP means in broker terms:
 - ``browser:true`` on SUBSCRIBE browses a queue (L{mqgate.core.browse}): copies of
   what it holds, nothing taken, then a MESSAGE with ``browser:end`` and no body (as
   ActiveMQ does);
-- BEGIN/COMMIT/ABORT: sends and acks inside a transaction are held and take effect on
-  COMMIT only;
+- BEGIN/COMMIT/ABORT: a core transaction (L{mqgate.core.transactions}, the one AMQP
+  uses too): a SEND inside one is checked when it arrives (a bad one gets its ERROR
+  then, not at COMMIT) and published at COMMIT, ACK and NACK take effect at COMMIT, and
+  a COMMIT stores the transaction's persistent messages atomically; ABORT, or the
+  connection going, rolls it back (acknowledged messages are redelivered);
 - every frame that asks for a receipt gets one after its effect is done;
 - a SEND that leaves its producer blocked by a full destination (S2.3, S2.7) stops the
   reading of this client's socket until every blocked producer of the connection may go
@@ -34,14 +37,15 @@ import collections
 import functools
 import itertools
 
-from twisted.internet import defer
-
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog, Unauthorized)
 from mqgate.core.browse import Browser, open_browser
 from mqgate.core.dead import UNRENDERABLE
 from mqgate.core.memory import RED_LEVEL
 from mqgate.core.selectors import SelectorError
+from mqgate.core.transactions import (
+    TransactionLimitExceeded, TransactionRolledBack, Transactions, TransactionTimedOut,
+    UnknownTransaction)
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
@@ -112,12 +116,14 @@ class TransactionLimits:
 
 
 class _Transaction:
-    """The frames an open transaction holds until COMMIT, and their size."""
+    """An open transaction: the core's, and the frames and bytes it holds (counted
+    against this connection's and the broker's limits until COMMIT or ABORT)."""
 
-    __slots__ = ("work", "size")
+    __slots__ = ("core", "frames", "size")
 
-    def __init__(self):
-        self.work = []    # (apply, event)
+    def __init__(self, core):
+        self.core = core
+        self.frames = 0
         self.size = 0
 
 
@@ -238,8 +244,9 @@ class _Subscription:
             "could not write message {id} to STOMP subscription {sub} of {peer}; {outcome}",
             id=message.message_id, sub=self.id, peer=session.peer, outcome=outcome)
 
-    def settle(self, ack_id, outcome, cumulative):
-        """Settle one delivery, or (C{cumulative}) every one up to it. Returns how many."""
+    def settle(self, ack_id, outcome, cumulative, transaction=None):
+        """Settle one delivery, or (C{cumulative}) every one up to it, now or (with a
+        core C{transaction}) at its commit. Returns how many."""
         if cumulative:
             ids = []
             for candidate in self.unacked:
@@ -251,10 +258,12 @@ class _Subscription:
         for one in ids:
             delivery = self.unacked.pop(one)
             self.session.acks.pop(one, None)
-            if outcome == MODIFIED:
-                self.consumer.settle(delivery, MODIFIED, delivery_failed=True)
+            failed = outcome == MODIFIED
+            if transaction is not None:
+                transaction.settle(self.consumer, delivery, outcome,
+                                   delivery_failed=failed)
             else:
-                self.consumer.settle(delivery, outcome)
+                self.consumer.settle(delivery, outcome, delivery_failed=failed)
         # Give back the credit the acknowledged messages held (the flow limit, S6.2).
         self.session.egress.refresh(self)
         return len(ids)
@@ -282,6 +291,7 @@ class StompBrokerSession(BrokerSession):
         self.subscriptions = {}
         self.acks = {}           # ack id -> subscription
         self.transactions = {}   # transaction name -> _Transaction
+        self.core_transactions = Transactions(self.broker, self.clock, self.peer)
         # Message bytes all of them hold (read it to count them as ingress data).
         self.held_transaction_bytes = 0
         self._producers = {}
@@ -407,6 +417,7 @@ class StompBrokerSession(BrokerSession):
 
     def _forget_transactions(self):
         self.transactions.clear()
+        self.core_transactions.close()   # rolled back (S6.3)
         self.context.ingress_budget.give(self.held_transaction_bytes)
         self.held_transaction_bytes = 0
 
@@ -429,8 +440,18 @@ class StompBrokerSession(BrokerSession):
         if self._produce is not None:
             _check(self._produce.check(event.destination))
         if event.transaction is not None:
+            transaction = self._transaction(event.transaction)
             self._check_size(event)
-            self._hold(event.transaction, self._publish, event, _frame_size(event))
+            # Checked and routed now, so that a bad SEND gets its ERROR now (S6.3).
+            message = self._message_of(event)
+            producer = self._producer(event.destination)
+            size = _frame_size(event)
+            self._hold(event.transaction, size)
+            try:
+                _in_transaction(transaction.core.publish, producer, message)
+            except ProtocolError:
+                self._unhold(transaction, size)
+                raise
             self._receipt(event)
         elif not self._memory_holds(event):
             self._receipt_when_stored(event, self._publish(event))
@@ -474,11 +495,14 @@ class StompBrokerSession(BrokerSession):
                          f"a message of {len(event.body)} bytes exceeds the limit of "
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
 
-    def _publish(self, event):
-        self._check_size(event)
+    def _message_of(self, event):
         encoded = frame_to_message(event.destination, event.headers, event.body)
         # Encoded here, by us: no arrival check of its sections needed.
-        message = broker_message(encoded, self.clock)
+        return broker_message(encoded, self.clock)
+
+    def _publish(self, event):
+        self._check_size(event)
+        message = self._message_of(event)
         producer = self._producer(event.destination)
         stored = producer.send(message)
         if producer.blocked and producer not in self._blocked:
@@ -643,18 +667,17 @@ class StompBrokerSession(BrokerSession):
         if subscription is None:
             raise _Error("unknown message",
                          f"no unacknowledged message with id {event.id} on this connection")
+        cumulative = subscription.ack == "client"
         if event.transaction is not None:
-            self._hold(event.transaction, lambda e: self._apply_settle(e, outcome), event,
-                       _HELD_FRAME_COST)
+            # Applied at COMMIT; the subscription's flow limit is given back now, so
+            # that a transaction may take more than the prefetch (S6.3).
+            transaction = self._transaction(event.transaction)
+            _in_transaction(transaction.core.check_open)
+            self._hold(event.transaction, _HELD_FRAME_COST)
+            subscription.settle(event.id, outcome, cumulative, transaction.core)
         else:
-            self._apply_settle(event, outcome)
+            subscription.settle(event.id, outcome, cumulative)
         self._receipt(event)
-
-    def _apply_settle(self, event, outcome):
-        subscription = self.acks.get(event.id)
-        if subscription is None:
-            return  # acknowledged meanwhile (a cumulative ack covered it)
-        subscription.settle(event.id, outcome, cumulative=subscription.ack == "client")
 
     # -- transactions --------------------------------------------------------------------
 
@@ -665,12 +688,12 @@ class StompBrokerSession(BrokerSession):
             raise _Error("unknown transaction",
                          f"transaction {name} was not begun on this connection") from None
 
-    def _hold(self, name, apply, event, size):
-        """Keep a frame in transaction C{name} until COMMIT, within the limits; past
+    def _hold(self, name, size):
+        """Count a frame in transaction C{name} until COMMIT, within the limits; past
         one, the transaction is aborted and the client gets an ERROR naming it."""
         transaction = self._transaction(name)
         limits = self.config.tx_limits
-        if len(transaction.work) >= limits.max_frames:
+        if transaction.frames >= limits.max_frames:
             self._over_limit(name, f"{limits.max_frames} frames "
                              "(mqgate.stomp.transaction.max_frames)")
         if transaction.size + size > limits.max_bytes:
@@ -682,16 +705,23 @@ class StompBrokerSession(BrokerSession):
                              "(mqgate.stomp.transaction.max_connection_bytes)")
         budget = self.context.ingress_budget
         if not budget.take(size):
-            self._drop(name)
+            self._drop(name).core.rollback()
             raise _Error("transaction limit exceeded",
                          f"transaction {name} was aborted: {budget.refusal(size)}; "
                          "nothing of it was delivered")
-        transaction.work.append((apply, event))
+        transaction.frames += 1
         transaction.size += size
         self.held_transaction_bytes += size
 
+    def _unhold(self, transaction, size):
+        """Give back what L{_hold} counted for a frame the transaction refused."""
+        transaction.frames -= 1
+        transaction.size -= size
+        self.held_transaction_bytes -= size
+        self.context.ingress_budget.give(size)
+
     def _over_limit(self, name, limit):
-        self._drop(name)
+        self._drop(name).core.rollback()
         self.log.info("STOMP transaction {name} of {peer} aborted: over its limit of "
                       "{limit}", name=name, peer=self.peer, limit=limit)
         raise _Error("transaction limit exceeded",
@@ -699,11 +729,11 @@ class StompBrokerSession(BrokerSession):
                      "nothing of it was delivered")
 
     def _drop(self, name):
-        """Forget transaction C{name} and what it held; return its frames."""
+        """Forget transaction C{name} and give back what it held; return it."""
         transaction = self.transactions.pop(name)
         self.held_transaction_bytes -= transaction.size
         self.context.ingress_budget.give(transaction.size)
-        return transaction.work
+        return transaction
 
     def _begin(self, event):
         if event.transaction in self.transactions:
@@ -715,26 +745,24 @@ class StompBrokerSession(BrokerSession):
                          f"this connection already has {len(self.transactions)} open "
                          f"transactions, the most allowed "
                          f"(mqgate.stomp.transaction.max_open is {max_open})")
-        self.transactions[event.transaction] = _Transaction()
+        core = _in_transaction(self.core_transactions.declare, event.transaction)
+        self.transactions[event.transaction] = _Transaction(core)
         self._receipt(event)
 
     def _commit(self, event):
-        self._transaction(event.transaction)
-        work = self._drop(event.transaction)
-        stored = [d for d in (apply(original) for apply, original in work)
-                  if d is not None]
-        if stored:
-            # The receipt waits for every persistent message of the transaction.
-            gathered = defer.DeferredList(stored, fireOnOneErrback=True,
-                                          consumeErrors=True)
-            gathered.addErrback(lambda failure: failure.value.subFailure)
-            self._receipt_when_stored(event, gathered)
-        else:
-            self._receipt(event)
+        transaction = self._transaction(event.transaction)
+        self._drop(event.transaction)
+        _in_transaction(transaction.core.check_open)
+        # The receipt waits until the store has committed the transaction's persistent
+        # messages; if it could not, nothing of the transaction happened (S6.3).
+        self.when_stored(
+            transaction.core.commit(), lambda: self._receipt(event),
+            lambda _condition, description: self.engine.send_error(
+                "transaction rolled back", description, receipt_id=event.receipt))
 
     def _abort(self, event):
-        self._transaction(event.transaction)
-        self._drop(event.transaction)
+        transaction = self._transaction(event.transaction)
+        self._drop(event.transaction).core.rollback()
         self._receipt(event)
 
     def _disconnect(self, event):
@@ -747,6 +775,23 @@ class _Error(ProtocolError):
 
     def __init__(self, message, detail):
         super().__init__(detail, message)
+
+
+# The ERROR frame's message for each error of the core's transactions.
+_TRANSACTION_ERRORS = {
+    UnknownTransaction: "unknown transaction",
+    TransactionTimedOut: "transaction timed out",
+    TransactionLimitExceeded: "transaction limit exceeded",
+    TransactionRolledBack: "transaction rolled back",
+}
+
+
+def _in_transaction(call, *args):
+    """C{call(*args)}, with the errors of the core's transactions made ERROR frames."""
+    try:
+        return call(*args)
+    except tuple(_TRANSACTION_ERRORS) as error:
+        raise _Error(_TRANSACTION_ERRORS[type(error)], error.description) from None
 
 
 # What holding an ACK or NACK in a transaction costs, counted as bytes.
