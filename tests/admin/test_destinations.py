@@ -161,7 +161,7 @@ def test_a_bad_property_is_refused_naming_it_and_nothing_is_applied(broker):
                       ("maxNumMsgs=" + "9" * 30, "a whole number from 1 to"),
                       ("maxTotalMsgBytes=12x", "maxTotalMsgBytes=12x"),
                       ("limitBehavior=REMOVE_NEWEST", "give one of"),
-                      ("maxNumActiveConsumers=5", "maxNumActiveConsumers is not supported"),
+                      ("isLocalOnly=true", "isLocalOnly is not supported"),
                       ("useDMQ=maybe", "give true or false"),
                       ("colour=blue", "unknown property 'colour'")):
         good = "maxNumMsgs=7" if pair.startswith("maxTotal") else "maxTotalMsgBytes=1m"
