@@ -650,7 +650,7 @@ class Broker:
     def set_annotate(self, annotate):
         """How dead messages get their annotations: C{annotate(payload, annotations,
         keep_body) -> payload} (the glue's; see L{DeadLetters})."""
-        self.dead_letters._annotate = annotate
+        self.dead_letters.annotate = annotate
 
     # -- attach -----------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ class DeadLetters:
         L{mqgate.core.persistence.Persistence}), or C{None}.
     @param truncate_body: C{mqgate.destination.DMQ.truncateBody}.
     @param log_dead: C{mqgate.destination.logDeadMsgs}: one log line per dead message.
+    @ivar annotate: the C{annotate} in use (the glue sets its own once built).
     @ivar counts: dead messages by reason (to the DMQ or dropped).
     @ivar dropped: dead messages that went nowhere (C{useDMQ=false}, or dead on the
         DMQ).
@@ -90,7 +91,7 @@ class DeadLetters:
         self.dmq = dmq
         self._seconds = clock.seconds
         self._next_seq = next_seq
-        self._annotate = annotate or _no_annotations
+        self.annotate = annotate or _no_annotations
         self._persistence = persistence
         self.truncate_body = truncate_body
         self.log_dead = log_dead
@@ -134,7 +135,7 @@ class DeadLetters:
         # A new message of its own: the original may be shared with other subscriptions.
         annotations = {REASON: reason, TIME: int(self._seconds() * 1000),
                        ORIGINAL_ADDRESS: address}
-        payload = self._annotate(message.payload, annotations, not self.truncate_body)
+        payload = self.annotate(message.payload, annotations, not self.truncate_body)
         copy = type(message)(payload, durable=message.durable, priority=message.priority,
                              expiry=None, to=message.to, reply_to=message.reply_to,
                              message_id=message.message_id,

@@ -83,8 +83,8 @@ def test_create_refuses_reserved_names_and_bad_properties(module_broker, passfil
     assert result.returncode == 1 and "reserved" in result.stderr
     name = unique("refused").replace("-", "_")
     result = mqgate_cmd(module_broker, passfile, "create", "dst", "-t", "q",
-                        "-n", name, "-o", "maxNumMsgs=5", "-o", "useDMQ=false")
-    assert result.returncode == 1 and "useDMQ is not supported" in result.stderr
+                        "-n", name, "-o", "maxNumMsgs=5", "-o", "isLocalOnly=true")
+    assert result.returncode == 1 and "isLocalOnly is not supported" in result.stderr
     names = [row["name"] for row in cmd_json(module_broker, passfile, "list", "dst")]
     assert name not in names
 
