@@ -251,3 +251,42 @@ def test_state_in_metrics_and_prometheus():
     assert samples["mqgate_memory_state"] == 2
     assert samples["mqgate_memory_used_bytes"] == 950
     assert samples["mqgate_memory_limit_bytes"] == 1000
+
+
+def test_sampler_states_its_limit_at_start_and_lets_red_fall(tmp_path):
+    """The sampler service's start-up line gives the limit, where it comes from and
+    the setting to change; with mqgate.memory.limit=0 the limit is
+    mqgate.memory.share of physical memory; its timer lets RED fall."""
+    from twisted.internet.task import Clock
+
+    from mqgate.config import Settings
+    from mqgate.net.memory_watch import MemoryWatchService, memory_states
+
+    settings = Settings.from_properties([], {"mqgate.memory.share": "10"},
+                                        varhome=str(tmp_path))
+    broker, _ = make_broker()
+    memory, origin = memory_states(settings, broker, physical=lambda: 1000 << 20)
+    assert memory.config.limit == 100 << 20 and "mqgate.memory.share" in origin
+    settings = Settings.from_properties([], {"mqgate.memory.limit": "1k",
+                                             "mqgate.memory.message_overhead": "0"},
+                                        varhome=str(tmp_path))
+    service = MemoryWatchService.from_settings(settings, broker)
+    service.clock = clock = Clock()
+    broker.memory = service.memory
+    producer = broker.open_producer("queue://q")
+    producer.send(BrokerMessage(b"x" * 1020))
+    with capturedLogs() as events:
+        service.startService()
+        try:
+            assert service.memory.refusing      # the timer looks at once
+            consumer, target = consume(broker, "queue://q", credit=1)
+            target.settle_all()
+            assert service.memory.refusing      # until the timer looks again
+            clock.advance(1)
+            assert not service.memory.refusing
+        finally:
+            service.stopService()
+    text = [e["log_format"].format(**e) for e in events
+            if "memory states:" in e.get("log_format", "")]
+    assert len(text) == 1 and "1024 bytes (mqgate.memory.limit)" in text[0]
+    assert "set mqgate.memory.limit to change it" in text[0]
