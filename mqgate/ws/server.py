@@ -6,8 +6,8 @@ connections carry broker connections.
 Each WebSocket, once open, is a L{VirtualTransport} into the service's own protocol
 factory: the broker sees an AMQP or STOMP connection like a socket's, with the
 WebSocket's TCP peer as its address. The payload of every message (text or binary)
-is the next piece of that connection's byte stream: a message may hold part of a frame
-or several (the engines parse a stream). Outbound, AMQP bytes go as binary messages,
+is the next piece of that connection's byte stream, passed on as it is read: a message
+may hold part of a frame or several (the engines parse a stream). Outbound, AMQP bytes go as binary messages,
 STOMP as one frame per message (L{mqgate.ws.framing}).
 
 The handshake is refused before any broker work: an Origin not allowed (403) or an
@@ -92,10 +92,20 @@ class BrokerWebSocket(WebSocketServerProtocol):
 
     # -- the byte stream -------------------------------------------------------------
 
-    def onMessage(self, payload, isBinary):
+    # Messages are not gathered whole (autobahn's default): each piece of a frame's
+    # payload goes on as it is read, so a connection holds one read, not a message of
+    # up to max_message_size (whose bound autobahn still checks at each frame's start).
+
+    def onMessageFrameData(self, payload):
         """The next piece of the connection's byte stream, text or binary alike."""
-        if self._virtual is not None:
+        if self._virtual is not None and not self.failedByMe:
             self._virtual.receive(payload)
+
+    def onMessageFrameEnd(self):
+        pass
+
+    def onMessageEnd(self):
+        pass
 
     def _send(self, data):
         if self.state != self.STATE_OPEN:

@@ -88,11 +88,11 @@ def frames(data):
     return out
 
 
-def masked(opcode, payload):
+def masked(opcode, payload, fin=True):
     """A client frame (masked, as RFC 6455 requires of clients), payload < 126 bytes."""
     mask = os.urandom(4)
     body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + body
+    return bytes([(0x80 if fin else 0) | opcode, 0x80 | len(payload)]) + mask + body
 
 
 def test_messages_in_are_one_byte_stream():
@@ -102,6 +102,16 @@ def test_messages_in_are_one_byte_stream():
     ws.dataReceived(masked(2, b"AMQP\x03") + masked(1, b"\x01\x00\x00"))
     assert bytes(carried.received) == b"AMQP\x03\x01\x00\x00"
     assert carried.transport.getPeer().host == "192.0.2.1"
+
+
+def test_a_fragmented_message_is_passed_on_as_it_comes():
+    """A message in several frames is passed on frame by frame, not held until its
+    last frame (a connection holds one read, not a whole message)."""
+    ws, _tcp, carried = open_ws(b"amqp")
+    ws.dataReceived(masked(2, b"AMQP", fin=False))
+    assert bytes(carried.received) == b"AMQP"
+    ws.dataReceived(masked(0, b"\x00\x01\x00\x00"))
+    assert bytes(carried.received) == b"AMQP\x00\x01\x00\x00"
 
 
 def test_stomp_frames_out_one_per_message():
