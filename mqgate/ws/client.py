@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.ws.test_client -*-
+# -*- test-case-name: tests.e2e.test_ws -*-
 """
 A WebSocket client endpoint (S10.3, S6): mqgate's own clients reach a broker over
 C{ws://} and C{wss://} with it as they reach one over TCP with a TCP endpoint.

@@ -6,8 +6,8 @@ connections carry broker connections.
 Each WebSocket, once open, is a L{VirtualTransport} into the service's own protocol
 factory: the broker sees an AMQP or STOMP connection like a socket's, with the
 WebSocket's TCP peer as its address. The payload of every message (text or binary)
-is the next piece of that connection's byte stream: a message may hold part of a frame
-or several (the engines parse a stream). Outbound, AMQP bytes go as binary messages,
+is the next piece of that connection's byte stream, passed on as it is read: a message
+may hold part of a frame or several (the engines parse a stream). Outbound, AMQP bytes go as binary messages,
 STOMP as one frame per message (L{mqgate.ws.framing}).
 
 The handshake is refused before any broker work: an Origin not allowed (403) or an
@@ -41,12 +41,38 @@ __all__ = ["ws_resource", "BrokerWebSocketFactory", "BrokerWebSocket"]
 _TEXT, _BINARY = 1, 2
 
 
+class _AutobahnLog:
+    """What autobahn logs about one WebSocket: its debug and info lines dropped (one
+    per read, per handshake refused: a client could make a flood of them), its
+    warnings (a connection failed: a message too big) within the factory's budget."""
+
+    def __init__(self, factory):
+        self._factory = factory
+
+    def _drop(self, *args, **kwargs):
+        pass
+
+    debug = trace = info = _drop
+
+    def warn(self, text, **fields):
+        self._factory.log_budgeted("WebSocket: " + text, **fields)
+
+    error = critical = warning = warn
+
+    def failure(self, text, failure=None, **fields):
+        self._factory._log.failure("WebSocket: " + text, failure=failure, **fields)
+
+
 class BrokerWebSocket(WebSocketServerProtocol):
     """One WebSocket carrying one broker connection."""
 
     _virtual = None
     _choice = None
     _splitter = None
+
+    def dataReceived(self, data):
+        # autobahn's own formats a debug line per read, even when it is not logged.
+        self._dataReceived(data)
 
     def makeConnection(self, transport):
         # twisted.web hands over the site's connection wrapper (which counts the
@@ -92,10 +118,20 @@ class BrokerWebSocket(WebSocketServerProtocol):
 
     # -- the byte stream -------------------------------------------------------------
 
-    def onMessage(self, payload, isBinary):
+    # Messages are not gathered whole (autobahn's default): each piece of a frame's
+    # payload goes on as it is read, so a connection holds one read, not a message of
+    # up to max_message_size (whose bound autobahn still checks at each frame's start).
+
+    def onMessageFrameData(self, payload):
         """The next piece of the connection's byte stream, text or binary alike."""
-        if self._virtual is not None:
+        if self._virtual is not None and not self.failedByMe:
             self._virtual.receive(payload)
+
+    def onMessageFrameEnd(self):
+        pass
+
+    def onMessageEnd(self):
+        pass
 
     def _send(self, data):
         if self.state != self.STATE_OPEN:
@@ -187,16 +223,25 @@ class BrokerWebSocketFactory(WebSocketServerFactory):
         # A flood of refused handshakes must not become a flood of log lines.
         self._log_budget = LogBudget(reactor, lines=10, interval=60.0)
 
+    def buildProtocol(self, addr):
+        protocol = super().buildProtocol(addr)
+        protocol.log = _AutobahnLog(self)
+        return protocol
+
     def log_refusal(self, peer, refused):
         """Count a refused handshake and log it, within the budget of lines."""
         self.refused += 1
+        self.log_budgeted(
+            "WebSocket from {peer} refused ({status}): {reason}",
+            peer=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
+            status=refused.status, reason=refused.reason)
+
+    def log_budgeted(self, text, **fields):
+        """Log at info level, at most ten lines a minute (the rest counted)."""
         held = self._log_budget.take()
         if held is not None:
-            self._log.info(
-                "WebSocket from {peer} refused ({status}): {reason}{more}",
-                peer=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}",
-                status=refused.status, reason=refused.reason,
-                more=f" ({held} more refusals not logged)" if held else "")
+            self._log.info(text + "{more}", more=(f" ({held} similar lines not logged)"
+                                                 if held else ""), **fields)
 
 
 def ws_resource(connections, *, service, reactor, secure, allowed_origins=(),

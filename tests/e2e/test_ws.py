@@ -316,3 +316,13 @@ def test_peer_that_answers_no_ping_is_dropped(broker):
     finally:
         silent.close()
         live.close()
+
+
+def test_client_endpoint_reports_a_refused_handshake(broker):
+    """The WebSocket client endpoint fails its connect with the broker's status when
+    the handshake is refused (an Origin not allowed: 403), instead of hanging."""
+    url = ws_url(broker, "httpsjms", "wss", host="localhost")
+    got = result(peer("produce", url, "--messages", "1", "--cafile", str(broker.cert),
+                      "--tls-name", "localhost", "--origin", "http://evil.example",
+                      timeout=10))
+    assert "connect failed" in got.get("error", "") and "403" in got["error"], got

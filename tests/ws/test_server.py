@@ -9,6 +9,7 @@ from twisted.internet.error import ConnectionLost
 from twisted.python.failure import Failure
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.logger import capturedLogs
 
 from mqgate.stomp.frames import encode_frame
 from mqgate.ws.server import BrokerWebSocketFactory
@@ -52,6 +53,15 @@ class Idle:
         pass
 
 
+def handshake(ws, protocols, origin=None):
+    key = base64.b64encode(os.urandom(16))
+    ws.dataReceived(b"GET /ws HTTP/1.1\r\nHost: broker:8080\r\nUpgrade: websocket\r\n"
+                    b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key + b"\r\n"
+                    + (b"Origin: " + origin + b"\r\n" if origin else b"")
+                    + b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: "
+                    + protocols + b"\r\n\r\n")
+
+
 def open_ws(protocols):
     """A WebSocket through the handshake; C{(websocket, tcp transport, carried)}."""
     carried = []
@@ -64,11 +74,7 @@ def open_ws(protocols):
     tcp = StringTransport(peerAddress=IPv4Address("TCP", "192.0.2.1", 5000))
     tcp.registerProducer(Idle(), True)   # twisted.web's channel, before the upgrade
     ws.makeConnection(tcp)
-    key = base64.b64encode(os.urandom(16))
-    ws.dataReceived(b"GET /ws HTTP/1.1\r\nHost: broker:8080\r\nUpgrade: websocket\r\n"
-                    b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key + b"\r\n"
-                    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: "
-                    + protocols + b"\r\n\r\n")
+    handshake(ws, protocols)
     assert tcp.value().startswith(b"HTTP/1.1 101"), tcp.value()
     tcp.clear()
     return ws, tcp, carried[0]
@@ -88,11 +94,11 @@ def frames(data):
     return out
 
 
-def masked(opcode, payload):
+def masked(opcode, payload, fin=True):
     """A client frame (masked, as RFC 6455 requires of clients), payload < 126 bytes."""
     mask = os.urandom(4)
     body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + body
+    return bytes([(0x80 if fin else 0) | opcode, 0x80 | len(payload)]) + mask + body
 
 
 def test_messages_in_are_one_byte_stream():
@@ -102,6 +108,16 @@ def test_messages_in_are_one_byte_stream():
     ws.dataReceived(masked(2, b"AMQP\x03") + masked(1, b"\x01\x00\x00"))
     assert bytes(carried.received) == b"AMQP\x03\x01\x00\x00"
     assert carried.transport.getPeer().host == "192.0.2.1"
+
+
+def test_a_fragmented_message_is_passed_on_as_it_comes():
+    """A message in several frames is passed on frame by frame, not held until its
+    last frame (a connection holds one read, not a whole message)."""
+    ws, _tcp, carried = open_ws(b"amqp")
+    ws.dataReceived(masked(2, b"AMQP", fin=False))
+    assert bytes(carried.received) == b"AMQP"
+    ws.dataReceived(masked(0, b"\x00\x01\x00\x00"))
+    assert bytes(carried.received) == b"AMQP\x00\x01\x00\x00"
 
 
 def test_stomp_frames_out_one_per_message():
@@ -141,3 +157,22 @@ def test_tcp_loss_is_the_connections_loss():
     ws, tcp, carried = open_ws(b"amqp")
     ws.connectionLost(Failure(ConnectionLost("gone")))
     assert carried.lost
+
+
+def test_refusals_are_answered_and_logged_within_a_budget():
+    """A flood of refused handshakes is answered 403 each time, in at most ten log
+    lines a minute (the rest counted), autobahn's own lines included."""
+    factory = BrokerWebSocketFactory(Factory(), service="httpjms",
+                                     reactor=MemoryReactorClock(), secure=False)
+    answers = []
+    with capturedLogs() as events:
+        for _ in range(30):
+            ws = factory.buildProtocol(IPv4Address("TCP", "192.0.2.1", 5000))
+            tcp = StringTransport()
+            tcp.registerProducer(Idle(), True)   # twisted.web's channel
+            ws.makeConnection(tcp)
+            handshake(ws, b"amqp", origin=b"http://evil.example")
+            answers.append(tcp.value().split(b" ")[1])
+    assert answers == [b"403"] * 30
+    assert factory.refused == 30
+    assert 1 <= len(events) <= 10
