@@ -22,6 +22,7 @@ from proton import Message
 from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import opened, receive_all
 from tests.e2e.stomp_client import FrameCollector, open_client, unique
+from tests.e2e.test_portmapper import read_port_mapper
 from tests.e2e.test_tls import keytool
 from tests.hostile.probe import wait_until
 
@@ -326,3 +327,11 @@ def test_client_endpoint_reports_a_refused_handshake(broker):
                       "--tls-name", "localhost", "--origin", "http://evil.example",
                       timeout=10))
     assert "connect failed" in got.get("error", "") and "403" in got["error"], got
+
+
+def test_port_mapper_lists_the_gateway_services(broker):
+    """The port mapper publishes httpjms over http and httpsjms over https, each with
+    the port it listens on (S1.1, S1.3)."""
+    table = read_port_mapper(broker.address("portmapper")).decode()
+    assert f"httpjms http NORMAL {broker.port('httpjms')}" in table
+    assert f"httpsjms https NORMAL {broker.port('httpsjms')}" in table
