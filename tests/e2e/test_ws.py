@@ -35,6 +35,9 @@ SERVICES = {
     "mqgate.service.activelist": "jms,admin,stomp,httpjms,httpsjms",
     "mqgate.httpjms.ws.max_message_size": str(MAX_MESSAGE),
     "mqgate.httpjms.ws.ping_interval": str(PING),
+    # The HTTP idle timeout must not cut an open WebSocket (pings watch it instead):
+    # the ping test's live client outlives it several times over.
+    "mqgate.httpjms.idle_timeout": "1",
     "mqgate.httpsjms.ws.allowed_origins": ALLOWED,
 }
 
@@ -283,7 +286,8 @@ def test_oversize_message_closes_with_1009(broker):
 
 def test_peer_that_answers_no_ping_is_dropped(broker):
     """A client that completes the handshake and then answers no ping is dropped
-    within two ping intervals (dead-peer detection); one that answers stays."""
+    within two ping intervals (dead-peer detection); one that answers stays, past the
+    service's HTTP idle timeout too."""
     code, _headers, silent = handshake(broker.port("httpjms"), protocols="amqp")
     assert code == 101
     live = websocket.create_connection(ws_url(broker), subprotocols=["amqp"], timeout=10)
