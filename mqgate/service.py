@@ -71,9 +71,9 @@ from mqgate.security.users import (
 from mqgate.store.factory import open_store
 from mqgate.web.admin import AdminApi, broker_health
 from mqgate.web.gateway import gateway_root, gateway_service
+from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 from mqgate.ws.policy import parse_origins
 from mqgate.ws.server import ws_resource
-from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
 
@@ -611,11 +611,17 @@ def _gateway_service(name, top, registry, **shared):
     _attach_pool(top, name, factory, settings, reactor)
     endpoint = web_endpoint(reactor, transport, host, port,
                             backlog=settings[f"mqgate.{name}.backlog"], tls_context=tls)
+    try:
+        websocket = _gateway_children(name, factory, settings, reactor)
+        tunnel = _tunnel_children(name, factory, settings, reactor)
+        for path in websocket.keys() & tunnel.keys():
+            raise ValueError(f"{path!r} is the HTTP tunnel's")
+        root = gateway_root({**websocket, **tunnel})
+    except ValueError as e:   # two carriers at one path
+        raise ConfigError(f"mqgate.{name}.ws.path", settings[f"mqgate.{name}.ws.path"],
+                          f"a path no other carrier of the service uses ({e})") from None
     return gateway_service(
-        name, reactor, endpoint,
-        gateway_root({**_gateway_children(name, factory, settings, reactor),
-                      **_tunnel_children(name, factory, settings, reactor)}),
-        factory, transport=transport, registry=registry,
+        name, reactor, endpoint, root, factory, transport=transport, registry=registry,
         timeout=settings[f"mqgate.{name}.idle_timeout"],
         max_body=settings[f"mqgate.{name}.max_body_size"],
         max_connections=settings[f"mqgate.{name}.max_connections"],

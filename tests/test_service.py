@@ -288,3 +288,11 @@ def test_bad_websocket_origin_is_a_config_error_naming_the_key(tmp_path):
                          "mqgate.httpjms.ws.allowed_origins": "app.example.com"})
     assert error.value.key == "mqgate.httpjms.ws.allowed_origins"
     assert "scheme://host" in str(error.value)
+
+
+def test_websocket_path_must_be_below_the_root(tmp_path):
+    """mqgate.SERVICE.ws.path "/" is refused by name: the root is the service's own."""
+    with pytest.raises(ConfigError) as error:
+        build(tmp_path, {"mqgate.service.activelist": "jms,httpjms",
+                         "mqgate.httpjms.ws.path": "/"})
+    assert error.value.key == "mqgate.httpjms.ws.path"

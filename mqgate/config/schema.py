@@ -468,8 +468,9 @@ KEYS = (
           Key(f"mqgate.{service}.max_body_size", Size(1024, 16 << 20), "64k",
               f"Largest HTTP request body the {service} service accepts; a larger one is "
               "refused with 413 before it is read."),
-          Key(f"mqgate.{service}.ws.path", Text(re.compile(r"/[A-Za-z0-9._~/-]*"),
-                                                "a path starting with /"), "/ws",
+          Key(f"mqgate.{service}.ws.path",
+              Text(re.compile(r"/[A-Za-z0-9._~-][A-Za-z0-9._~/-]*"),
+                   "a path below /, such as /ws"), "/ws",
               f"URL path of the WebSocket endpoint of the {service} service."),
           Key(f"mqgate.{service}.ws.allowed_origins", TextList(), "",
               f"Origins (scheme://host[:port], comma-separated, or *) whose pages may "

@@ -103,9 +103,9 @@ class BrokerWebSocket(WebSocketServerProtocol):
     def onOpen(self):
         """The WebSocket is open: connect a broker connection through it."""
         transport = self.transport
-        # twisted.web's channel was the TCP connection's producer; the WebSocket is now.
-        if getattr(transport, "producer", None) is not None:
-            transport.unregisterProducer()
+        # twisted.web's channel was the TCP (or TLS) connection's producer; the
+        # WebSocket is now (unregistering none is nothing, for both).
+        transport.unregisterProducer()
         transport.registerProducer(self, True)
         if self._choice.family == STOMP:
             self._splitter = StompSplitter()

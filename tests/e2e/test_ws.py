@@ -22,6 +22,7 @@ from proton import Message
 from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import opened, receive_all
 from tests.e2e.stomp_client import FrameCollector, open_client, unique
+from tests.e2e.test_portmapper import read_port_mapper
 from tests.e2e.test_tls import keytool
 from tests.hostile.probe import wait_until
 
@@ -34,6 +35,9 @@ SERVICES = {
     "mqgate.service.activelist": "jms,admin,stomp,httpjms,httpsjms",
     "mqgate.httpjms.ws.max_message_size": str(MAX_MESSAGE),
     "mqgate.httpjms.ws.ping_interval": str(PING),
+    # The HTTP idle timeout must not cut an open WebSocket (pings watch it instead):
+    # the ping test's live client outlives it several times over.
+    "mqgate.httpjms.idle_timeout": "1",
     "mqgate.httpsjms.ws.allowed_origins": ALLOWED,
 }
 
@@ -282,7 +286,8 @@ def test_oversize_message_closes_with_1009(broker):
 
 def test_peer_that_answers_no_ping_is_dropped(broker):
     """A client that completes the handshake and then answers no ping is dropped
-    within two ping intervals (dead-peer detection); one that answers stays."""
+    within two ping intervals (dead-peer detection); one that answers stays, past the
+    service's HTTP idle timeout too."""
     code, _headers, silent = handshake(broker.port("httpjms"), protocols="amqp")
     assert code == 101
     live = websocket.create_connection(ws_url(broker), subprotocols=["amqp"], timeout=10)
@@ -326,3 +331,11 @@ def test_client_endpoint_reports_a_refused_handshake(broker):
                       "--tls-name", "localhost", "--origin", "http://evil.example",
                       timeout=10))
     assert "connect failed" in got.get("error", "") and "403" in got["error"], got
+
+
+def test_port_mapper_lists_the_gateway_services(broker):
+    """The port mapper publishes httpjms over http and httpsjms over https, each with
+    the port it listens on (S1.1, S1.3)."""
+    table = read_port_mapper(broker.address("portmapper")).decode()
+    assert f"httpjms http NORMAL {broker.port('httpjms')}" in table
+    assert f"httpsjms https NORMAL {broker.port('httpsjms')}" in table
