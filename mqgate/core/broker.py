@@ -276,19 +276,7 @@ class Producer:
             then enqueued nowhere): the producer's delivery must be settled only then
             (S3.4, S3.6, S8.1).
         """
-        if self.closed:
-            raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
-        self._system.admit(message.size)
-        destination = self._dest
-        if destination is None:
-            destination = self._route(message.to)
-        elif destination.deleted:
-            raise NotFound(f"destination {self.address} was deleted")
-        limits = destination.limits or self._defaults
-        if message.size > limits.max_message_bytes:
-            limits.check_message(message.size, canonical_of(destination))
-        if destination.full:
-            _refuse_if_rejecting(destination)
+        destination = self.admit(message)
         if message.seq is None:
             message.seq = self._next_seq()
         if destination.holding is not None:
@@ -306,10 +294,11 @@ class Producer:
         return None
 
     def admit(self, message):
-        """The destination C{message} would go to, checked as L{send} checks it, but
-        not sent: a transaction publishes it at its commit, through
-        L{enqueue_committed} (S6.3). Raises what L{send} raises for a message it
-        refuses; takes no seq and counts nothing."""
+        """The destination C{message} would go to, with every check L{send} makes
+        before it sends (L{send} starts here): a transaction admits a message when it
+        is sent and publishes it at its commit, through L{enqueue_committed} (S6.3).
+        Raises what L{send} raises for a message it refuses; takes no seq and counts
+        nothing."""
         if self.closed:
             raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
         self._system.admit(message.size)
@@ -318,6 +307,9 @@ class Producer:
             destination = self._route(message.to)
         elif destination.deleted:
             raise NotFound(f"destination {self.address} was deleted")
+        limits = destination.limits or self._defaults
+        if message.size > limits.max_message_bytes:
+            limits.check_message(message.size, canonical_of(destination))
         if destination.full:
             _refuse_if_rejecting(destination)
         return destination

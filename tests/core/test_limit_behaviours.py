@@ -117,3 +117,17 @@ def test_update_to_remove_oldest_makes_room_at_once():
     limits = broker.limits_of(broker.queue("q"))
     broker.set_limits("queue", "q", limits.replace(max_count=2, behavior="REMOVE_OLDEST"))
     assert not producer.blocked and broker.queue("q").held == 2
+
+
+def test_max_bytes_per_msg_refuses_a_transactional_send_when_it_is_sent():
+    """A transaction's message larger than maxBytesPerMsg is refused by the send that
+    carries it, as outside a transaction, and the commit publishes the rest."""
+    from mqgate.core.transactions import Transactions
+    broker, _ = make_broker(max_bytes_per_msg=4)
+    txn = Transactions(broker, broker.clock).declare()
+    producer = broker.open_producer("queue://q")
+    with pytest.raises(ResourceLimitExceeded, match="maxBytesPerMsg"):
+        txn.publish(producer, BrokerMessage(b"12345"))
+    txn.publish(producer, BrokerMessage(b"1234"))
+    txn.commit()
+    assert broker.queue("q").held == 1
