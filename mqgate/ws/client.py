@@ -28,6 +28,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqgate.net.virtual import VirtualTransport
+from mqgate.ws.carrier import CarrierMixin
 from mqgate.ws.framing import StompSplitter
 
 __all__ = ["WebSocketClientEndpoint", "WebSocketHandshakeError"]
@@ -40,10 +41,9 @@ class WebSocketHandshakeError(error.ConnectError):
     answered); the message says what it answered."""
 
 
-class _ClientWebSocket(WebSocketClientProtocol):
+class _ClientWebSocket(CarrierMixin, WebSocketClientProtocol):
     """The WebSocket under one client connection."""
 
-    _virtual = None
     _splitter = None
 
     def onOpen(self):
@@ -71,32 +71,10 @@ class _ClientWebSocket(WebSocketClientProtocol):
         for frame, is_text in self._splitter.split(data):
             self.sendFrame(_TEXT if is_text else _BINARY, frame)
 
-    def _close(self, abort):
-        if abort or self.state != self.STATE_OPEN:
-            self.dropConnection(abort=True)
-        else:
-            self.sendClose(1000)
-
-    def pauseProducing(self):
-        if self._virtual is not None:
-            self._virtual.pause_writing()
-
-    def resumeProducing(self):
-        if self._virtual is not None:
-            self._virtual.resume_writing()
-
-    def stopProducing(self):
-        pass
-
-    def connectionLost(self, reason):
-        super().connectionLost(reason)
-        virtual, self._virtual = self._virtual, None
-        if virtual is not None:
-            virtual.carrier_lost(reason)
-        else:
-            why = self.wasNotCleanReason or reason.getErrorMessage()
-            self.factory.failed(Failure(WebSocketHandshakeError(
-                string=f"WebSocket to {self.factory.url} not opened: {why}")))
+    def _never_opened(self, reason):
+        why = self.wasNotCleanReason or reason.getErrorMessage()
+        self.factory.failed(Failure(WebSocketHandshakeError(
+            string=f"WebSocket to {self.factory.url} not opened: {why}")))
 
 
 class _ClientFactory(WebSocketClientFactory):

@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from twisted.protocols.policies import ThrottlingProtocol
 
 from mqgate.net.virtual import VirtualTransport
+from mqgate.ws.carrier import CarrierMixin
 from mqgate.security.guard import LogBudget
 from mqgate.ws.framing import StompSplitter
 from mqgate.ws.policy import (
@@ -63,10 +64,9 @@ class _AutobahnLog:
         self._factory._log.failure("WebSocket: " + text, failure=failure, **fields)
 
 
-class BrokerWebSocket(WebSocketServerProtocol):
+class BrokerWebSocket(CarrierMixin, WebSocketServerProtocol):
     """One WebSocket carrying one broker connection."""
 
-    _virtual = None
     _choice = None
     _splitter = None
 
@@ -158,33 +158,6 @@ class BrokerWebSocket(WebSocketServerProtocol):
         elif label is not None:
             self._choice = type(self._choice)(None, AMQP)
         return self._splitter
-
-    def _close(self, abort):
-        if abort or self.state != self.STATE_OPEN:
-            self.dropConnection(abort=True)
-        else:
-            self.sendClose(1000)
-
-    # -- the transport's producer ------------------------------------------------------
-
-    def pauseProducing(self):
-        """The TCP send buffer is full: the broker connection stops writing."""
-        if self._virtual is not None:
-            self._virtual.pause_writing()
-
-    def resumeProducing(self):
-        """The TCP send buffer drained."""
-        if self._virtual is not None:
-            self._virtual.resume_writing()
-
-    def stopProducing(self):
-        """The TCP connection is going; connectionLost follows."""
-
-    def connectionLost(self, reason):
-        super().connectionLost(reason)
-        virtual, self._virtual = self._virtual, None
-        if virtual is not None:
-            virtual.carrier_lost(reason)
 
 
 def _status_text(reason):
