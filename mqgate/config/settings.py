@@ -197,10 +197,11 @@ class Settings:
         return os.path.join(directory, self["mqgate.passfile.name"])
 
     def service_address(self, service):
-        """Return ``(bind_address, port)`` of a socket service (S1.4, S1.5).
+        """Return ``(bind_address, port)`` of a service (S1.4, S1.5): its
+        ``mqgate.SERVICE.PROTOCOL.port`` and ``.hostname`` (tcp, tls, http or https).
 
         Raises:
-            KeyError: the service has no port key (unknown, or an http service).
+            KeyError: the service has no port key (an unknown service).
         """
         protocol = SERVICES[service][1] if service in SERVICES else "tcp"
         prefix = f"mqgate.{service}.{protocol}"
