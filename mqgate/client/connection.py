@@ -37,6 +37,7 @@ import uuid
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqgate.amqp.connection import Connection as Engine
 from mqgate.amqp.events import (
@@ -228,7 +229,7 @@ class Connection:
             except AuthenticationError:
                 raise
             except Exception as e:
-                reasons.append(f"{url}: {e}")
+                reasons.append(f"{url}: {_certificate_refused(e) or e}")
                 continue
             self._index = self.addresses.index(url)
             return
@@ -586,14 +587,32 @@ _HANDLERS = {
 
 def _lost_while_opening(reason):
     """Why a connection went before it was open, in words that say what to do."""
+    refused = _certificate_refused(reason)
+    if refused is not None:
+        return refused
+    return f"the connection was lost while logging in: {reason.getErrorMessage()}"
+
+
+def _certificate_refused(reason):
+    """The words for a broker certificate the client did not accept, when C{reason}
+    (a Failure, or an exception a transport's endpoint failed with, which may hold
+    the Failures of its attempts in C{reasons}, as twisted.web's client errors do)
+    is one; otherwise C{None}."""
     from OpenSSL import SSL
     from service_identity import VerificationError
-    if reason.check(SSL.Error, VerificationError):
-        return (f"the broker's TLS certificate was not accepted "
-                f"({reason.getErrorMessage()}); give the CA that signed it (ca_file, "
-                "--ca-file), the name it was made for (server_name, --server-name), or "
-                "turn verification off explicitly (verify=False, --no-verify)")
-    return f"the connection was lost while logging in: {reason.getErrorMessage()}"
+    if isinstance(reason, Failure):
+        failures = [reason]
+    elif isinstance(reason, (SSL.Error, VerificationError)):
+        failures = [Failure(reason)]
+    else:
+        failures = [f for f in getattr(reason, "reasons", ()) if isinstance(f, Failure)]
+    for failure in failures:
+        if failure.check(SSL.Error, VerificationError):
+            return (f"the broker's TLS certificate was not accepted "
+                    f"({failure.getErrorMessage()}); give the CA that signed it (ca_file,"
+                    " --ca-file), the name it was made for (server_name, --server-name),"
+                    " or turn verification off explicitly (verify=False, --no-verify)")
+    return None
 
 
 def _sleep(reactor, seconds):

@@ -22,6 +22,8 @@ served, 400) fails the Deferred with L{WebSocketHandshakeError} naming the statu
 from autobahn.twisted.websocket import (
     WebSocketClientFactory, WebSocketClientProtocol)
 from autobahn.websocket.util import parse_url
+from OpenSSL import SSL
+from service_identity import VerificationError
 from twisted.internet import defer, endpoints, error, ssl
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.python.failure import Failure
@@ -72,6 +74,9 @@ class _ClientWebSocket(CarrierMixin, WebSocketClientProtocol):
             self.sendFrame(_TEXT if is_text else _BINARY, frame)
 
     def _never_opened(self, reason):
+        if reason.check(SSL.Error, VerificationError):
+            self.factory.failed(reason)    # the TLS refusal itself says what to do
+            return
         why = self.wasNotCleanReason or reason.getErrorMessage()
         self.factory.failed(Failure(WebSocketHandshakeError(
             string=f"WebSocket to {self.factory.url} not opened: {why}")))
