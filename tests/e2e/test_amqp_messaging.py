@@ -1,7 +1,7 @@
 """Messaging through the real broker with python-qpid-proton clients (S2.1, S8.1, S10.1).
 
-Every test starts its own ``twistd -n mqgate`` (the C{broker} fixtures of conftest.py) and
-talks to it over loopback with Proton's BlockingConnection or an event-driven Container
+The tests share one ``twistd -n mqgate`` (the module's C{broker} below; each test uses
+addresses no other uses, and leaves its queues empty) and talk to it over loopback with Proton's BlockingConnection or an event-driven Container
 (tests/e2e/proton_client.py). Checks for "nothing else arrived" use a drain flow, so no
 test waits for something not to happen.
 """
@@ -27,6 +27,12 @@ def body_of(message):
     return bytes(body) if isinstance(body, memoryview) else body
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker_factory):
+    """One broker on the shipped configuration for the module's tests."""
+    return module_broker_factory()
+
+
 # -- queues -------------------------------------------------------------------------------
 
 BODIES = {
@@ -46,8 +52,8 @@ def test_queue_round_trip_keeps_properties_and_body(broker, kind):
         properties={"colour": "blue", "size": 42, "ratio": 0.25, "flag": True},
         annotations={"x-opt-origin": "e2e"}, body=BODIES[kind])
     with opened(broker) as conn:
-        conn.create_sender("queue://round-trip").send(sent)
-        receiver = conn.create_receiver("queue://round-trip")
+        conn.create_sender(f"queue://round-trip-{kind}").send(sent)
+        receiver = conn.create_receiver(f"queue://round-trip-{kind}")
         [got] = receive_all(receiver, 1)
     assert body_of(got) == BODIES[kind]
     assert (got.id, got.correlation_id, got.subject, got.reply_to, got.group_id) == \
@@ -76,6 +82,7 @@ def test_bare_name_is_a_queue_shared_by_competing_consumers(broker):
 @pytest.mark.parametrize("address", ["queue://waiting", "topic://waiting"])
 def test_waiting_consumer_gets_a_message_sent_on_another_connection(broker, address):
     """S2.1: a consumer already holding credit gets a message another connection sends."""
+    address += "-" + address.split(":")[0]
     with opened(broker) as consumer, opened(broker) as producer:
         # Credit granted once, before the message exists; the consumer then sends
         # nothing more, so only the broker's own push can bring the message.
@@ -186,19 +193,20 @@ MODES = {"at-most-once": AtMostOnce, "at-least-once": AtLeastOnce}
 def test_settlement_modes(broker, sender_mode, receiver_mode):
     """S8.1: pre-settled and unsettled links on each end; only unsettled ones redeliver."""
     with opened(broker) as conn:
-        sender = conn.create_sender("queue://qos", options=MODES[sender_mode]())
+        queue = f"queue://qos-{sender_mode}-{receiver_mode}"
+        sender = conn.create_sender(queue, options=MODES[sender_mode]())
         expected_mode = 1 if sender_mode == "at-most-once" else 0
         assert sender.link.remote_snd_settle_mode == expected_mode
         deliveries = [sender.send(Message(id=f"q{i}", body=i)) for i in range(3)]
         if sender_mode == "at-least-once":
             # The broker settled each transfer with accepted once it had the message.
             assert [d.remote_state for d in deliveries] == [Delivery.ACCEPTED] * 3
-        receiver = conn.create_receiver("queue://qos", options=MODES[receiver_mode]())
+        receiver = conn.create_receiver(queue, options=MODES[receiver_mode]())
         got = receive_all(receiver, 3, settle=None)
         assert [m.id for m in got] == ["q0", "q1", "q2"]
         # Go away without settling anything.
     with opened(broker) as conn:
-        again = drain(conn, conn.create_receiver("queue://qos"))
+        again = drain(conn, conn.create_receiver(queue))
     if receiver_mode == "at-most-once":
         assert again == []  # the broker forgot them when it sent them
     else:
@@ -251,7 +259,7 @@ def test_request_reply_through_a_dynamic_queue(broker):
 @pytest.mark.parametrize("leave", ["detach", "disconnect"])
 def test_durable_subscription_keeps_backlog_while_away(broker, leave):
     """S2.1: a durable subscription collects messages while its subscriber is away."""
-    identity = {"container_id": "durable-client"}
+    identity = {"container_id": f"durable-client-{leave}"}
     with opened(broker, **identity) as conn:
         subscription = conn.create_receiver("topic://prices", name="prices-sub",
                                             options=DurableSubscription())
