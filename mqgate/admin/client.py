@@ -23,7 +23,7 @@ import os
 import socket
 import time
 
-from mqgate.admin.requests import ADMIN_ADDRESS, read_reply, request_body
+from mqgate.admin.wire import ADMIN_ADDRESS, read_reply, request_body
 from mqgate.amqp.connection import Connection
 from mqgate.amqp.events import (
     ConnectionClosed, DeliveriesSettled, LinkDetached, MessageReceived, SaslCompleted,

@@ -33,10 +33,8 @@ import time
 
 from mqgate.admin.client import DEFAULT_TIMEOUT, AdminClient, AdminClientError, \
     find_service_port
-from mqgate.admin.commands import admin_commands
-from mqgate.admin.requests import OK, BadRequest
+from mqgate.admin.wire import OK, BadRequest
 from mqgate.errors import ConfigError
-from mqgate.metrics.commands import SampleTable, rates, sampling
 from mqgate.portmap.table import DEFAULT_PORT, MqAddressError, parse_mq_url
 from mqgate.security.passfile import find_password, passfile_overrides
 
@@ -48,6 +46,21 @@ PASSWORD_KEY = "mqgate.imqcmd.password"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
+def _list_commands_in_help(parser):
+    """Fill the command table into the epilog only when help is printed: building the
+    table imports the broker's commands, which a command being sent does not need."""
+    format_help = parser.format_help
+
+    def with_commands():
+        # One line per usage: a usage may cover several table rows (reload NAME | all).
+        from mqgate.admin.commands import admin_commands
+        usages = {c.usage: c.help for c in admin_commands().values()}
+        listing = "\n".join(f"  {usage}\n      {help_}" for usage, help_ in usages.items())
+        parser.epilog = parser.epilog.replace("{listing}", listing)
+        return format_help()
+    parser.format_help = with_commands
+
+
 def add_parser(commands, common, settings_of):
     """Add the C{cmd} subcommand to the C{mqgate} parser.
 
@@ -55,9 +68,6 @@ def add_parser(commands, common, settings_of):
     @param common: adds the options every tool shares (--config, --varhome, -D ...).
     @param settings_of: C{settings_of(args) -> Settings}.
     """
-    # One line per usage: a usage may cover several table rows (reload NAME | all).
-    usages = {command.usage: command.help for command in admin_commands().values()}
-    listing = "\n".join(f"  {usage}\n      {help_}" for usage, help_ in usages.items())
     parser = commands.add_parser(
         "cmd", help="send an admin command to a running broker",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -65,11 +75,12 @@ def add_parser(commands, common, settings_of):
                     "print the answer. The password of the admin user comes from the "
                     "password file (mqgate.imqcmd.password) or is asked for; it is "
                     "never given on the command line.",
-        epilog=f"commands:\n{listing}\n\nNAME may be a pattern with * and ?; quote it "
+        epilog="commands:\n{listing}\n\nNAME may be a pattern with * and ?; quote it "
                "for the shell ('*').\n\nmetrics ... -int SECONDS -msp SAMPLES: ask "
                "SAMPLES times, SECONDS apart, a line each with the rates per second."
                "\n\nexit status: 0 done, 1 the broker answered "
                "with an error, 2 the command could not be sent")
+    _list_commands_in_help(parser)
     common(parser)
     parser.add_argument(
         "-b", "--broker", metavar="HOST:PORT",
@@ -124,7 +135,7 @@ def run(args, settings_of, *, out=None, err=None):
               "default", file=err)
         return 2
     try:
-        sampled = sampling(args.words) if args.words[0] == "metrics" else None
+        sampled = _sampling(args.words) if args.words[0] == "metrics" else None
     except BadRequest as e:
         print(f"mqgate cmd: {e}", file=err)
         return 2
@@ -152,9 +163,16 @@ def run(args, settings_of, *, out=None, err=None):
     return 0
 
 
+def _sampling(words):
+    # Imported here: the metrics commands bring the broker's core with them.
+    from mqgate.metrics.commands import sampling
+    return sampling(words)
+
+
 def _sampled(client, sampled, as_json, out, err):
     """Ask C{sampled.readings} times, C{sampled.interval} seconds apart, and print a
     line per reading with the rates since the one before (imqcmd's -int, -msp)."""
+    from mqgate.metrics.commands import SampleTable, rates
     words = sampled.words
     table = previous = None
     for reading in range(sampled.readings):

@@ -5,7 +5,7 @@ The protocol
 ------------
 A user of group C{admin}, logged in on an ADMIN service (C{admin}, C{ssladmin}), sends
 each request as an AMQP message to the reserved address C{mqgate.admin}
-(L{mqgate.glue.amqp.ADMIN_ADDRESS}; the source system's reserved admin queue is
+(L{mqgate.admin.wire.ADMIN_ADDRESS}; the source system's reserved admin queue is
 C{__JMQAdmin}), on a link whose target is that address or through the anonymous relay
 with C{to} set to it. The broker never stores or routes these messages: the admin
 service's glue hands them to L{AdminRequests}. Every other service refuses the
@@ -49,12 +49,14 @@ import itertools
 
 from twisted.logger import Logger
 
+from mqgate.admin.wire import (
+    ADMIN_ADDRESS, BAD_REQUEST, ERROR, NOT_FOUND, OK, AdminError, BadRequest,
+    NotFoundError, Reply, read_reply, request_body)
 from mqgate.amqp.message import Properties, build_message
 from mqgate.amqp.types import ULong
 from mqgate.core.addresses import QUEUE, NotFound, resolve
 from mqgate.core.message import BrokerMessage
 from mqgate.errors import ProtocolError, printable
-from mqgate.glue.amqp import ADMIN_ADDRESS
 from mqgate.security.audit import NO_AUDIT
 
 __all__ = [
@@ -63,37 +65,6 @@ __all__ = [
     "parse_request", "request_body", "reply_message", "read_reply", "dispatch",
     "AdminRequests", "AdminProducer", "RELOAD_USAGE", "reload_commands",
 ]
-
-#: Reply statuses (the source's admin status codes, HTTP's numbers).
-OK, BAD_REQUEST, NOT_FOUND, ERROR = 200, 400, 404, 500
-
-
-class AdminError(Exception):
-    """A request that cannot be done; becomes an error reply with C{status}."""
-
-    status = ERROR
-
-
-class BadRequest(AdminError):
-    """The request is malformed or names an unknown command or argument (400)."""
-
-    status = BAD_REQUEST
-
-
-class NotFoundError(AdminError):
-    """The request names something that does not exist: a client, a profile (404)."""
-
-    status = NOT_FOUND
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What a command answers: the text the CLI prints and the same as data."""
-
-    text: str
-    data: object = None
-    status: int = OK
-
 
 @dataclass(frozen=True)
 class Command:
@@ -145,11 +116,6 @@ class AdminRequest:
 
     def __str__(self):
         return " ".join((self.verb, self.object) + self.arguments)
-
-
-def request_body(verb, object_, arguments=()):
-    """The body of a request (what L{parse_request} reads): used by the CLI."""
-    return {"verb": verb, "object": object_, "arguments": list(arguments)}
 
 
 def parse_request(encoded):
@@ -241,20 +207,6 @@ def reply_message(request_message, reply, message_id=None):
         body, properties=Properties(message_id=message_id, to=to, correlation_id=cid),
         application_properties={"status": reply.status})
     return BrokerMessage(encoded, to=to, message_id=message_id, correlation_id=cid)
-
-
-def read_reply(encoded):
-    """The L{Reply} in a reply message (an EncodedMessage): for clients.
-
-    @raise BadRequest: it is not a reply of this protocol.
-    """
-    sections = encoded.body_sections()
-    body = sections[0][1] if len(sections) == 1 else None
-    if not isinstance(body, dict) or not isinstance(body.get("status"), int):
-        raise BadRequest("the reply is not an admin reply (no status in its body)")
-    status = body["status"]
-    text = body.get("text") if status == OK else body.get("error", body.get("text"))
-    return Reply(text or "", body.get("data"), status)
 
 
 class AdminRequests:

@@ -22,7 +22,6 @@ import sys
 
 from twisted.internet import defer, task
 
-from mqgate.client.connection import AUTO, ClientError, connect
 from mqgate.client.urls import UrlError, parse_url
 
 __all__ = ["register", "send_main", "receive_main"]
@@ -155,6 +154,9 @@ def _check(args):
 
 
 def _connect(reactor, args, url, credentials):
+    # The client (and the AMQP engine) is imported only where it is used, here and
+    # below: `mqgate --help` and the other tools start without it.
+    from mqgate.client.connection import connect
     return connect(url, credentials=credentials, reactor=reactor, ca_file=args.ca_file,
                    verify=not args.no_verify, server_name=args.server_name,
                    connect_timeout=args.connect_timeout)
@@ -220,6 +222,7 @@ def receive_main(args):
 
     @defer.inlineCallbacks
     def run(reactor):
+        from mqgate.client.connection import AUTO
         connection = yield _connect(reactor, args, url, credentials)
         try:
             limit = max(1, min(wanted, 1000)) if wanted else 1000
@@ -265,6 +268,7 @@ def _react(run, command):
     if isinstance(error, UrlError):
         print(f"mqgate {command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+    from mqgate.client.connection import ClientError
     if isinstance(error, ClientError):
         return _fail(command, error)
     return _fail(command, f"{type(error).__name__}: {error}")

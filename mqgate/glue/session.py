@@ -7,6 +7,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from mqgate.admin.wire import ADMIN_ADDRESS
 from mqgate.amqp.message import check_sections
 from mqgate.core.addresses import QUEUE, AddressError, resolve
 from mqgate.core.message import BrokerMessage
@@ -18,10 +19,9 @@ from mqgate.security.access_control import RelayDecisions
 
 __all__ = ["ADMIN_ADDRESS", "BrokerSession", "broker_message", "is_admin_address"]
 
-#: The reserved address of admin requests (S11.1; the source's is C{__JMQAdmin}). Only
-#: an ADMIN service's producers reach it (L{mqgate.glue.amqp.GlueConfig.admin_requests});
-#: the core never sees it, and no consumer may attach to it.
-ADMIN_ADDRESS = "mqgate.admin"
+# ADMIN_ADDRESS, the reserved address of admin requests (S11.1): only an ADMIN
+# service's producers reach it (L{mqgate.glue.amqp.GlueConfig.admin_requests}); the
+# core never sees it, and no consumer may attach to it.
 
 
 def is_admin_address(address):
