@@ -602,7 +602,9 @@ class Queue(_Operated):
         # Outside a dispatch run, everything waiting has been refused by every consumer
         # that has credit (each way to break that, a new entry or a consumer gaining
         # credit from none, leads to a full run), so only the new message needs trying.
-        if not self._dispatching:
+        # Not while some wait paged out (S2.6): those were not refused, only not read
+        # back yet, and a consumer taking this one first would get it out of order.
+        if not self._dispatching and not self._paged:
             if self._late:
                 self._let_late_in()
             expiry = message.expiry
@@ -632,6 +634,8 @@ class Queue(_Operated):
             self._make_room(message)
         if self._dispatching:
             self._rescan = True
+        elif self._paged and self._ready:
+            self.dispatch()
 
     def _dispatch_selective(self):
         # Rounds of "plan, then hand over": planning calls no outside code, so it can

@@ -88,6 +88,7 @@ class Pager:
     def tick(self):
         """A memory check: page out at ORANGE and RED, and retry the reads of queues
         whose head is still paged (a read failed)."""
+        # Plain queues only (the broker keeps them by name; subscriptions elsewhere).
         queues = [q for q in self._broker._queues.values() if _pageable(q)]
         if self._memory.level >= ORANGE_LEVEL:
             before_count, before_bytes = self.count, self.bytes

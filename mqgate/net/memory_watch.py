@@ -61,7 +61,12 @@ class MemoryWatchService(TimerService):
         """Check the state, then let the pager page out or read back."""
         self.memory.check()
         if self.pager is not None:
-            self.pager.tick()
+            try:
+                self.pager.tick()
+            except Exception:
+                # The timer must go on (it lets held back producers go on at RED).
+                log.failure("paging message bodies out failed; tried again at the"
+                            " next check")
 
     @classmethod
     def from_settings(cls, settings, broker):

@@ -254,3 +254,16 @@ def test_a_tiny_head_window_still_delivers_everything(keep):
     while store.release():
         pass
     assert target.payloads == [body(n) for n in range(8)]
+
+
+def test_a_new_message_does_not_overtake_paged_ones_for_a_selector_consumer():
+    """A message published while older matching ones wait paged out is delivered
+    after them."""
+    broker, store, pager = paging_broker(SlowReads())
+    send_all(broker, "queue://q", range(10), durable=True)
+    pressure(broker, pager)
+    _, target = consume(broker, "queue://q", credit=100, selector="JMSPriority = 4")
+    send_all(broker, "queue://q", [10], durable=True)
+    while store.release():
+        pass
+    assert target.payloads == [body(n) for n in range(11)]
