@@ -73,15 +73,11 @@ class Pager:
         self._in_flight = {}     # queue -> reads in flight
         self._filling = set()    # queues whose fill() runs (re-entrancy)
         self._arrived = 0        # reads that completed during a fill()
+        self._failing = 0        # reads failed since the last one that worked
         memory.paged = self
 
     def __repr__(self):
         return f"<Pager {self.count} paged, {self.bytes} bytes>"
-
-    def snapshot(self):
-        """The figures, for the admin and the metrics."""
-        return {"paged_messages": self.count, "paged_bytes": self.bytes,
-                "paged_out_total": self.paged_total, "paged_in_total": self.read_total}
 
     # -- the timer --------------------------------------------------------------------
 
@@ -216,6 +212,10 @@ class Pager:
         message.paged = False
         self._unpaged(queue, message)
         self.read_total += 1
+        if self._failing:
+            _log.info("paged out message bodies are read back from the store again,"
+                      " after {failed} reads that failed", failed=self._failing)
+            self._failing = 0
         if queue in self._filling:
             self._arrived += 1
         elif not queue.deleted:
@@ -226,12 +226,17 @@ class Pager:
         self._fail(queue, message, failure.getErrorMessage())
 
     def _fail(self, queue, message, why):
-        # It stays paged (and in the store): the next tick tries again.
+        # It stays paged (and in the store): the next tick tries again. One line per
+        # run of failures, not one per message and look.
         self.failures += 1
+        self._failing += 1
+        if self._failing > 1:
+            return
         _log.error("could not read the body of paged out message {seq} of queue"
                    " {queue} back from the store ({why}); it waits in the store and"
                    " is read again at the next memory check (mqgate.memory"
-                   ".check_interval)", seq=message.seq, queue=queue.name, why=why)
+                   ".check_interval); further failures are counted until a read"
+                   " works", seq=message.seq, queue=queue.name, why=why)
 
     def _unpaged(self, queue, message):
         queue._paged -= 1
