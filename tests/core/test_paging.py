@@ -6,6 +6,7 @@ from twisted.internet import defer
 from twisted.logger import capturedLogs
 
 from mqgate.core import BrokerMessage
+from mqgate.core.browse import open_browser
 from mqgate.core.memory import GREEN, ORANGE, MemoryConfig, MemoryStates
 from mqgate.core.paging import Pager
 from mqgate.store import MemoryStore, StoreError
@@ -271,3 +272,27 @@ def test_a_new_message_does_not_overtake_paged_ones_for_a_selector_consumer():
     while store.release():
         pass
     assert target.payloads == [body(n) for n in range(11)]
+
+
+def test_a_browser_shows_what_is_in_memory_and_changes_nothing():
+    """A queue browser skips paged messages (never a body-less copy); the queue's
+    consumer still gets them all afterwards."""
+    broker, _, pager = paging_broker()
+    send_all(broker, "queue://q", range(10), durable=True)
+    pressure(broker, pager)
+    seen = RecordingBrowse()
+    browser = open_browser(broker, "queue://q", seen)
+    browser.set_credit(100)
+    assert seen.payloads == [body(n) for n in range(3)] and browser.finished
+    _, target = consume(broker, "queue://q", credit=100)
+    assert target.payloads == [body(n) for n in range(10)]
+
+
+class RecordingBrowse:
+    """A browser's target: the payloads of the copies it is handed."""
+
+    def __init__(self):
+        self.payloads = []
+
+    def deliver(self, delivery):
+        self.payloads.append(delivery.message.payload)
