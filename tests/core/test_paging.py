@@ -3,12 +3,14 @@ with the memory store and a Clock (mqgate/core/paging.py)."""
 
 import pytest
 from twisted.internet import defer
+from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 
 from mqgate.core import BrokerMessage
 from mqgate.core.browse import open_browser
 from mqgate.core.memory import GREEN, ORANGE, MemoryConfig, MemoryStates
 from mqgate.core.paging import Pager
+from mqgate.net.memory_watch import MemoryWatchService
 from mqgate.store import MemoryStore, StoreError
 
 from tests.core import consume
@@ -296,3 +298,24 @@ class RecordingBrowse:
 
     def deliver(self, delivery):
         self.payloads.append(delivery.message.payload)
+
+
+def test_the_memory_timer_pages_out_and_survives_a_failing_pager():
+    """The memory watch's timer lets the pager look after each check; a pager that
+    raises is logged and the timer goes on checking."""
+    broker, _, pager = paging_broker()
+    service = MemoryWatchService(broker.memory, 1)
+    service.clock = clock = Clock()
+    service.pager = pager
+    send_all(broker, "queue://q", range(10), durable=True)
+    with capturedLogs() as events:
+        service.startService()
+        try:
+            assert pager.count == 7                    # the timer looks at once
+            pager.tick = None                          # not callable: tick raises
+            clock.advance(1)
+            assert service.running and service._loop.running
+            assert any("paging message bodies out failed" in e["log_format"]
+                       for e in events)
+        finally:
+            service.stopService()
