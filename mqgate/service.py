@@ -26,6 +26,7 @@ from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.dead import TIME as DEAD_TIME
 from mqgate.core.expiry import ExpiryReaper
+from mqgate.core.paging import Pager
 from mqgate.core.persistence import Persistence
 from mqgate.core.transactions import TransactionLimits as CoreTransactionLimits
 from mqgate.egress.clients import ClientRegistry
@@ -479,6 +480,9 @@ def build_broker(settings, reactor):
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
+    memory_watch.pager = Pager(broker, broker.memory,
+                               keep=settings["mqgate.memory.page_keep"],
+                               reads=settings["mqgate.memory.page_reads"])
     broker.transaction_limits = CoreTransactionLimits(
         max_messages=settings["mqgate.transaction.max_messages"],
         max_bytes=settings["mqgate.transaction.max_bytes"],

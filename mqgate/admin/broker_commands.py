@@ -211,6 +211,9 @@ def query_broker(context, arguments):
         row["memory_state"] = memory.state
         row["memory"] = (f"{memory.used} of {memory.config.limit} bytes"
                          f" ({memory.percent:.1f} %)")
+        # Bodies of persistent messages paged out to the store (not counted above).
+        row["memory_paged"] = (f"{memory.paged.count} messages,"
+                               f" {memory.paged.bytes} bytes")
     shown = dict(row, services=", ".join(f"{n} ({s})" for n, s in row["services"].items()))
     return Reply(render_pairs(shown.items()), row)
 

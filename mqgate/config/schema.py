@@ -650,6 +650,14 @@ KEYS = (
     Key("mqgate.memory.check_interval", Seconds(1, 3600), "1",
         "Seconds between two looks at the memory state while no message arrives: how "
         "soon producers held back at RED go on once consumers have taken messages."),
+    Key("mqgate.memory.page_keep", Int(0, 10000000), "100",
+        "At ORANGE and RED the bodies of persistent messages waiting in a queue are "
+        "paged out of memory (the store has them), except those of the first this many "
+        "of each queue, which stay so that its consumers never wait; the others are "
+        "read back from the store as the queue's consumers come near them."),
+    Key("mqgate.memory.page_reads", Int(1, 10000), "16",
+        "Paged out message bodies read back from the store at the same time, per queue, "
+        "at most."),
     Key("mqgate.system.max_destinations", Int(-1), "100000",
         "Queues, topics, temporary destinations and durable subscriptions the broker "
         "holds; past it, creating one on a client's request is refused with "

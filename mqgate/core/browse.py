@@ -165,6 +165,10 @@ class Browser:
                 self.on_finished()
 
     def _skip(self, message):
+        if message.paged:
+            # Its body is in the store only (memory state ORANGE or RED): a browser
+            # does not wait for it, it shows what is in memory.
+            return True
         expiry = message.expiry
         if expiry is not None and self._now is not None and expiry <= self._now():
             return True

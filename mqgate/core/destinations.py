@@ -161,7 +161,8 @@ class Queue(_Operated):
                  "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
                  "_in_flight", "_flight_bytes", "store", "_system",
                  "attached", "pause", "holding", "modes", "_backups",
-                 "dead_letters", "_expiring", "_ticket") + _QUEUE_COUNTERS
+                 "dead_letters", "_expiring", "_ticket", "pager",
+                 "_paged") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None, dead_letters=None):
@@ -212,6 +213,10 @@ class Queue(_Operated):
         # attach order, outside _consumers and the ready deque.
         self.modes = DEFAULT_MODES
         self._backups = []
+        # S2.6: the Pager that paged some of its messages out (mqgate.core.paging),
+        # and how many of those wait here now; 0 costs dispatch one test.
+        self.pager = None
+        self._paged = 0
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -521,6 +526,10 @@ class Queue(_Operated):
         if self._selective:
             # A consumer with a selector arrived during the run (re-entrantly).
             self._dispatch_selective()
+        elif self._paged:
+            # S2.6: what comes next may be paged out: read it back (dispatch goes on
+            # when it arrives).
+            self.pager.fill(self)
 
     def _dispatch_levels(self):
         ready = self._ready
@@ -532,11 +541,16 @@ class Queue(_Operated):
                 consumer._in_ready = False
                 continue
             level = levels[self._hi]
-            entry = level.popleft()
+            entry = level[0]
+            message = entry.message if type(entry) is Delivery else entry
+            if message.paged:
+                # S2.6: its body is being read back; the run stops here, in order.
+                ready.appendleft(consumer)
+                return
+            level.popleft()
             self._count -= 1
             if not level:
                 self._lower_hi()
-            message = entry.message if type(entry) is Delivery else entry
             expiry = message.expiry
             if expiry is not None:
                 if now is None:
@@ -588,7 +602,9 @@ class Queue(_Operated):
         # Outside a dispatch run, everything waiting has been refused by every consumer
         # that has credit (each way to break that, a new entry or a consumer gaining
         # credit from none, leads to a full run), so only the new message needs trying.
-        if not self._dispatching:
+        # Not while some wait paged out (S2.6): those were not refused, only not read
+        # back yet, and a consumer taking this one first would get it out of order.
+        if not self._dispatching and not self._paged:
             if self._late:
                 self._let_late_in()
             expiry = message.expiry
@@ -618,6 +634,8 @@ class Queue(_Operated):
             self._make_room(message)
         if self._dispatching:
             self._rescan = True
+        elif self._paged and self._ready:
+            self.dispatch()
 
     def _dispatch_selective(self):
         # Rounds of "plan, then hand over": planning calls no outside code, so it can
@@ -634,6 +652,8 @@ class Queue(_Operated):
                     break
         finally:
             self._dispatching = False
+        if self._paged:
+            self.pager.fill(self)   # S2.6, as in dispatch()
 
     def _let_late_in(self):
         self._late = False
@@ -649,16 +669,17 @@ class Queue(_Operated):
         planned_for = list(credit)
         plan = []
         now = self._seconds()
+        blocked = []    # S2.6: planning met a paged message; nothing after it goes
         if self._parked:
             self._parked = self._plan(self._parked, credit, plan, now, parked=True)
         levels = self._levels
         for priority in range(self._hi, -1, -1):
-            if not credit:
+            if not credit or blocked:
                 break
             level = levels[priority]
             if level:
                 before = len(level)
-                kept = self._plan(level, credit, plan, now)
+                kept = self._plan(level, credit, plan, now, blocked=blocked)
                 if len(kept) != before:
                     self._count -= before - len(kept)
                     levels[priority] = deque(kept)
@@ -684,6 +705,9 @@ class Queue(_Operated):
             return False
         self._merge_back(returned)
         self._parked[:0] = returned_parked
+        if blocked:
+            # The rest waits for a body read back (its arrival dispatches again).
+            return bool(returned or returned_parked)
         # Consumers dropped from C{credit} ran out while planning: later entries were
         # not tried on them.
         return bool(returned or returned_parked) or any(
@@ -700,7 +724,7 @@ class Queue(_Operated):
             self._hi = max(self._hi, priority)
         self._count += len(entries)
 
-    def _plan(self, entries, credit, plan, now, parked=False):
+    def _plan(self, entries, credit, plan, now, parked=False, blocked=None):
         # Assign entries to consumers (in order, round-robin); return what stays.
         kept = []
         for index, entry in enumerate(entries):
@@ -708,6 +732,11 @@ class Queue(_Operated):
                 kept.extend(itertools.islice(entries, index, None))
                 break
             message = entry.message if type(entry) is Delivery else entry
+            if message.paged:
+                # S2.6: not handed before its body is back, nor anything after it.
+                kept.extend(itertools.islice(entries, index, None))
+                blocked.append(message)
+                break
             expiry = message.expiry
             if expiry is not None and expiry <= now:
                 self._expire(message)
@@ -817,6 +846,8 @@ class Queue(_Operated):
         if not entries:
             return 0
         size = sum(_message_of(entry).size for entry in entries)
+        if self._paged:
+            self._forget_paged(entries)
         for level in self._levels:
             level.clear()
         self._parked = []
@@ -833,6 +864,13 @@ class Queue(_Operated):
         if self.full:
             self._ease()
         return len(entries)
+
+    def _forget_paged(self, entries):
+        # S2.6: paged messages leaving without a body (purged, the queue deleted).
+        for entry in entries:
+            message = _message_of(entry)
+            if message.paged:
+                self.pager.forget(self, message)
 
     def set_limits(self, limits):
         """Apply new L{Limits} now: the queue becomes full at once if it holds as much
@@ -860,6 +898,13 @@ class Queue(_Operated):
     def _died(self, message, reason):
         # S2.4: no longer counted here (the caller counted why it left); to the DMQ
         # (or nowhere), in the store too.
+        if message.paged:
+            # S2.6: the DMQ keeps a copy of it: read its body back first.
+            self.pager.forget(self, message)
+            if self.dead_letters is not None and self.store is not None:
+                self.pager.revive(self, message,
+                                  lambda: self.dead_letters.take(self, message, reason))
+                return
         if self.dead_letters is not None:
             self.dead_letters.take(self, message, reason)
             return
@@ -1076,6 +1121,8 @@ class Queue(_Operated):
         self._system.count -= self._count + len(self._parked)
         # What is in flight stays held until it is settled (or comes back, dropped).
         self._system.bytes -= self._bytes - self._flight_bytes
+        if self._paged:
+            self._forget_paged([entry for level in self._levels for entry in level])
         for level in self._levels:
             level.clear()
         self._parked = []

@@ -47,6 +47,16 @@ _NEVER = float("inf")
 _log = Logger(namespace="mqgate.memory")
 
 
+class _NothingPaged:
+    """What L{MemoryStates.paged} is until a pager exists: nothing paged."""
+
+    count = 0
+    bytes = 0
+
+
+_NOTHING_PAGED = _NothingPaged()
+
+
 def default_limit(physical, share):
     """The budget when C{mqgate.memory.limit} is 0: C{share} percent of the machine's
     C{physical} memory, or 1 GiB when the platform cannot tell it."""
@@ -102,6 +112,8 @@ class MemoryStates:
     @ivar level: the state's index in L{STATES} (0 GREEN ... 3 RED).
     @ivar used: the bytes counted at the last check.
     @ivar changes: how many times the state changed.
+    @ivar paged: what was paged out of memory (its C{bytes} are not counted): the
+        L{mqgate.core.paging.Pager} once there is one.
     """
 
     def __init__(self, config, holdings):
@@ -111,6 +123,7 @@ class MemoryStates:
         self.level = 0
         self.used = 0
         self.changes = 0
+        self.paged = _NOTHING_PAGED
         # Called once the state falls below RED; a dict, so that one connection's
         # callback (a bound method) is held once however often it asks, and the
         # callbacks are bounded by the connections (design rule 4).
@@ -144,13 +157,14 @@ class MemoryStates:
     def measure(self):
         """The bytes counted now: the messages' own plus the overhead of each."""
         holdings = self._holdings
-        return holdings.bytes + holdings.count * self._overhead
+        return holdings.bytes + holdings.count * self._overhead - self.paged.bytes
 
     def check(self):
         """Read what the broker holds and move to the state it calls for; return
         the level. Cheap while the state stays (the glue calls it per message)."""
         holdings = self._holdings
-        used = self.used = holdings.bytes + holdings.count * self._overhead
+        used = self.used = (holdings.bytes + holdings.count * self._overhead
+                            - self.paged.bytes)
         if used >= self._up or used < self._down:
             self._move(used)
         return self.level
@@ -189,11 +203,14 @@ class MemoryStates:
     def snapshot(self):
         """The figures, for the metrics: C{memory_state} (name), C{memory_level},
         C{memory_used_bytes}, C{memory_limit_bytes}, C{memory_percent},
-        C{memory_state_changes}."""
+        C{memory_state_changes}, C{memory_paged_messages}, C{memory_paged_bytes} (S2.6:
+        bodies paged out, not counted in the bytes used)."""
         return {"memory_state": self.state, "memory_level": self.level,
                 "memory_used_bytes": self.used, "memory_limit_bytes": self.config.limit,
                 "memory_percent": round(self.percent, 1),
-                "memory_state_changes": self.changes}
+                "memory_state_changes": self.changes,
+                "memory_paged_messages": self.paged.count,
+                "memory_paged_bytes": self.paged.bytes}
 
     # -- moving ---------------------------------------------------------------------
 

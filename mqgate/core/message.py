@@ -42,6 +42,9 @@ class BrokerMessage:
     @ivar arrived: when the message began to wait in a queue (the clock's
         C{seconds()}), stamped only when it cannot be handed to a consumer at once: the
         oldest waiting message's age is a metric (S5.1); C{None} until then.
+    @ivar paged: its payload was dropped from memory while it waited (S2.6, memory
+        state ORANGE or RED; L{mqgate.core.paging}): C{payload} is C{None} and the
+        store holds the bytes until they are read back. The routing fields above stay.
     @ivar rendered: the message in another protocol's form, made by that protocol's
         glue the first time it delivers the message (the STOMP headers and body), so
         that a message fanned out to many subscribers is converted once; C{None}
@@ -50,7 +53,7 @@ class BrokerMessage:
 
     __slots__ = ("payload", "durable", "priority", "expiry", "size", "to", "reply_to",
                  "message_id", "correlation_id", "delivery_count", "seq", "cos",
-                 "rendered", "arrived")
+                 "rendered", "arrived", "paged")
 
     def __init__(self, payload, *, durable=False, priority=DEFAULT_PRIORITY, expiry=None,
                  to=None, reply_to=None, message_id=None, correlation_id=None,
@@ -79,6 +82,7 @@ class BrokerMessage:
         self.cos = None
         self.rendered = None
         self.arrived = None
+        self.paged = False
 
     def __repr__(self):
         return (f"<BrokerMessage seq={self.seq} to={self.to!r} priority={self.priority}"

@@ -210,6 +210,11 @@ class Persistence:
             return data
         return _with_expiry(data, message.expiry)
 
+    def payload_of(self, data):
+        """The payload of a message from the bytes the store kept of it (a paged out
+        body read back, S2.6)."""
+        return self.decode(_split_expiry(data)[0]).payload
+
     def queue_store(self, kind, name):
         """The L{QueueStore} of destination C{(kind, name)}."""
         return QueueStore(self, canonical(kind, name))

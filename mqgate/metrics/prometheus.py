@@ -108,6 +108,10 @@ _BROKER_FAMILIES = (
      "The memory budget the states are reckoned against (mqgate.memory.limit)."),
     ("memory_state_changes", "memory_state_changes", _C,
      "Changes of the memory state since the broker started."),
+    ("memory_paged_messages", "memory_paged_messages", _G,
+     "Persistent messages whose bodies are paged out to the store (ORANGE and RED)."),
+    ("memory_paged_bytes", "memory_paged_bytes", _G,
+     "Bytes of the bodies paged out to the store, not counted in the memory used."),
 )
 _SERVICE_FAMILIES = (
     ("connections", "connections", _G, "Open connections, by connection service."),

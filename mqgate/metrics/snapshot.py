@@ -169,7 +169,7 @@ def broker_snapshot(context):
     seconds); with memory states (S2.6), those of
     L{mqgate.core.memory.MemoryStates.snapshot} (C{memory_state}, C{memory_level},
     C{memory_used_bytes}, C{memory_limit_bytes}, C{memory_percent},
-    C{memory_state_changes}).
+    C{memory_state_changes}, C{memory_paged_messages}, C{memory_paged_bytes}).
     """
     stats = context.broker.stats
     result = {

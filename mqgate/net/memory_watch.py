@@ -49,10 +49,24 @@ class MemoryWatchService(TimerService):
     what its limit is, where it comes from (C{origin}) and how to change it."""
 
     def __init__(self, memory, interval, origin="mqgate.memory.limit"):
-        super().__init__(interval, memory.check)
+        super().__init__(interval, self.look)
         self.setName("memory-watch")
         self.memory = memory
         self.origin = origin
+        #: The L{mqgate.core.paging.Pager} that pages bodies out at ORANGE and RED,
+        #: or C{None} (a broker without a store).
+        self.pager = None
+
+    def look(self):
+        """Check the state, then let the pager page out or read back."""
+        self.memory.check()
+        if self.pager is not None:
+            try:
+                self.pager.tick()
+            except Exception:
+                # The timer must go on (it lets held back producers go on at RED).
+                log.failure("paging message bodies out failed; tried again at the"
+                            " next check")
 
     @classmethod
     def from_settings(cls, settings, broker):

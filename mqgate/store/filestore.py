@@ -358,14 +358,17 @@ class _Record:
     encoded on the reactor (L{j.record_bytes}), when it needs nothing from the writer
     thread (no own file); C{parts} is then C{None}."""
 
-    __slots__ = ("rtype", "parts", "releases", "key", "raw")
+    __slots__ = ("rtype", "parts", "releases", "key", "raw", "entries")
 
-    def __init__(self, rtype, parts, releases=(), key=None, raw=None):
+    def __init__(self, rtype, parts, releases=(), key=None, raw=None, entries=()):
         self.rtype = rtype
         self.parts = parts
         self.releases = releases
         self.key = key
         self.raw = raw
+        # The ledger entries of the messages this record adds: each learns where the
+        # record was written (for read_message).
+        self.entries = entries
 
 
 class _CatalogChange:
@@ -377,6 +380,20 @@ class _CatalogChange:
         self.catalog = catalog
         self.item = item
         self.delete = delete
+
+
+class _Read:
+    """Read one live message back (L{FileStore.read_message}), in order with writes.
+
+    @ivar loc: C{(segment, offset)} of the record that added it, when known.
+    """
+
+    __slots__ = ("destination", "message_id", "loc")
+
+    def __init__(self, destination, message_id, loc):
+        self.destination = destination
+        self.message_id = message_id
+        self.loc = loc
 
 
 class _Compact:
@@ -487,8 +504,11 @@ class _Disk:
                 parts = [p.materialize(self.pool, self.sync) if isinstance(p, _LargeAdd)
                          else p for p in op.parts]
                 records.append((op.rtype, parts))
-            self.journal.append(records, sync=self.sync)
+            locations = self.journal.append(records, sync=self.sync)
             done = len(run)
+            for op, (segno, offset, _) in zip(run, locations):
+                for entry in op.entries:
+                    entry.loc = (segno, offset)
         except j.JournalWriteError as e:
             done = e.done
             raise
@@ -514,6 +534,14 @@ class _Disk:
             pass
 
     def _other(self, op):
+        if isinstance(op, _Read):
+            try:
+                return self.read_message(op.destination, op.message_id, op.loc)
+            except (OSError, CorruptStore, ValueError) as e:
+                # A read that failed changes nothing stored: it fails alone.
+                return OpFailed(StoreError(
+                    f"could not read message {op.message_id} of {op.destination!r}"
+                    f" back from the journal: {e}"))
         if isinstance(op, _CatalogChange):
             catalog = self.catalogs[op.catalog]
             if op.delete:
@@ -533,6 +561,51 @@ class _Disk:
         if op.cleanup:
             self.pool.cleanup()
         return None
+
+    def read_message(self, destination, message_id, loc):
+        """The stored bytes of a live message: its record at C{loc} (one bounded
+        read), or, when the record moved (a compaction rewrote its segment) or its
+        place is not known, the newest add of it found scanning the segments from
+        the newest. @raise CorruptStore: it is not in the journal."""
+        if loc is not None:
+            found = self._add_at(loc, destination, message_id)
+            if found is not None:
+                return self._data_of(found)
+        for segno in reversed(self.journal.segments()):
+            found = None
+            for _, rtype, payload, _ in j.scan(self.journal._path(segno).read_bytes()):
+                if rtype is None:
+                    break
+                found = _add_in(rtype, payload, destination, message_id) or found
+            if found is not None:
+                return self._data_of(found)
+        raise CorruptStore(self.directory / "journal", None,
+                           f"message {message_id} of {destination!r} is live but not"
+                           " in the journal")
+
+    def _add_at(self, loc, destination, message_id):
+        # The add of (destination, message_id) in the record at loc, or None.
+        segno, offset = loc
+        try:
+            fd = os.open(self.journal._path(segno), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            header = os.pread(fd, j.HEADER_SIZE, offset)
+            if len(header) < j.HEADER_SIZE:
+                return None
+            length = j._HEADER.unpack(header)[4]
+            buf = header + os.pread(fd, length, offset + j.HEADER_SIZE)
+        finally:
+            os.close(fd)
+        for _, rtype, payload, _ in j.scan(buf):
+            return rtype and _add_in(rtype, payload, destination, message_id)
+        return None
+
+    def _data_of(self, add):
+        if add.file is not None:
+            return self.pool.read(*add.file)
+        return add.data
 
     def probe(self):
         """Can the store write again? Repair what failed writes left, then write,
@@ -569,12 +642,15 @@ class _Disk:
 class _Entry:
     """What the ledger keeps per message: its journal bytes and own file, if any."""
 
-    __slots__ = ("size", "rel", "data")
+    __slots__ = ("size", "rel", "data", "loc")
 
-    def __init__(self, size, rel=None, data=None):
+    def __init__(self, size, rel=None, data=None, loc=None):
         self.size = size
         self.rel = rel
         self.data = data
+        # (segment, offset) of the record that added it, once written; a compaction
+        # may move it since (read_message then looks for it).
+        self.loc = loc
 
 
 @implementer(IMessageStore)
@@ -677,7 +753,8 @@ class FileStore:
         for dest, held in replay.live.items():
             recovered.messages[dest] = []
             for mid, e in held.items():
-                ledger.insert(dest, mid, _Entry(e.size, e.file and e.file[0]))
+                ledger.insert(dest, mid, _Entry(e.size, e.file and e.file[0],
+                                                loc=e.loc[:2]))
                 recovered.messages[dest].append(StoredMessage(dest, mid, e.data, e.count))
         for txn_id, (_, _, ops) in replay.prepared.items():
             recovered.prepared[txn_id] = self._restore_prepared(txn_id, ops)
@@ -734,7 +811,7 @@ class FileStore:
             entry = _Entry(len(raw))
             self._ledger.add(destination, message_id, entry)
             return self._submit(_Record(j.ADD, None, key=(destination, message_id),
-                                        raw=raw), entry.size)
+                                        raw=raw, entries=(entry,)), entry.size)
         entry = self._new_entry(destination, message_id, data)
         self._ledger.add(destination, message_id, entry, txn)
         if txn is not None:
@@ -742,8 +819,15 @@ class FileStore:
         # A large message: its own file is written on the writer thread.
         rtype, parts = self._add_parts(destination, message_id, entry)
         entry.data = None
-        return self._submit(_Record(rtype, parts, key=(destination, message_id)),
-                            entry.size)
+        return self._submit(_Record(rtype, parts, key=(destination, message_id),
+                                    entries=(entry,)), entry.size)
+
+    @guarded
+    def read_message(self, destination, message_id):
+        """The stored bytes of a live message, read on the writer thread in order
+        with the writes (a bounded read of its record, S2.6)."""
+        entry = self._ledger.get(destination, message_id)
+        return self._queue.submit(_Read(destination, message_id, entry.loc))
 
     @guarded
     def remove_message(self, destination, message_id, *, txn=None):
@@ -829,7 +913,8 @@ class FileStore:
         """Write one PREPARE record holding the transaction's operations."""
         txn = self._ledger.prepare(txn_id)
         parts = j.pack_ops(txn_id, self._txn_ops(txn))
-        return self._submit(_Record(j.PREPARE, parts), _size(parts))
+        return self._submit(_Record(j.PREPARE, parts, entries=_entries(txn)),
+                            _size(parts))
 
     @guarded
     @refused_while_failing
@@ -842,7 +927,8 @@ class FileStore:
             record = _Record(j.COMMIT, j.pack_end(txn_id), _rels(removed))
         elif txn.adds or txn.removes:
             ops = self._txn_ops(txn)
-            record = _Record(j.TXN, j.pack_ops(txn_id, ops), _rels(removed))
+            record = _Record(j.TXN, j.pack_ops(txn_id, ops), _rels(removed),
+                             entries=_entries(txn))
         else:
             return defer.succeed(None)
         return self._submit(record, _size(record.parts))
@@ -981,6 +1067,25 @@ class FileStore:
 
 def _size(parts):
     return sum(len(p) for p in parts)
+
+
+def _add_in(rtype, payload, destination, message_id):
+    # The add of (destination, message_id) in one record (an ADD, or an operation
+    # of a PREPARE or TXN), its bytes loaded, or None.
+    if rtype in (j.ADD, j.ADD_FILE):
+        add = j.decode(rtype, payload, load_data=False)
+        if add.destination == destination and add.message_id == message_id:
+            return j.decode(rtype, payload)
+    elif rtype in (j.PREPARE, j.TXN):
+        for sub_type, raw, op in j.decode(rtype, payload, load_data=False)[1]:
+            if (sub_type != j.REMOVE and op.destination == destination
+                    and op.message_id == message_id):
+                return j.decode(sub_type, raw)
+    return None
+
+
+def _entries(txn):
+    return tuple(entry for _, _, entry in txn.adds)
 
 
 def _rels(entries):

@@ -261,6 +261,12 @@ class IMessageStore(Interface):
     def remove_message(destination, message_id, *, txn=None):
         """Remove a stored message (consumer settlement). L{UnknownMessage} if absent."""
 
+    def read_message(destination, message_id):
+        """The bytes stored under C{(destination, message_id)}, read back without
+        blocking the caller: C{Deferred[bytes]} (the broker pages message bodies out
+        of memory and reads them back, S2.6). L{UnknownMessage} when it is not live;
+        a failed read is a L{StoreError} and changes nothing stored."""
+
     def update_delivery_count(destination, message_id, count):
         """Record the delivery count of a stored message (redelivery, S2.9)."""
 

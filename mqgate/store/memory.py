@@ -312,6 +312,11 @@ class MemoryStore:
         self._ledger.remove(destination, message_id, txn)
 
     @_deferred
+    def read_message(self, destination, message_id):
+        """The stored bytes of a live message."""
+        return bytes(self._ledger.get(destination, message_id)[0])
+
+    @_deferred
     def update_delivery_count(self, destination, message_id, count):
         """Record a delivery count."""
         self._ledger.check_count(count)

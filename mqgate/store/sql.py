@@ -49,7 +49,7 @@ from mqgate.store.guard import guarded, refused_while_failing
 from mqgate.store.health import DEFAULT_RETRY_INTERVAL, StoreHealth, file_advice
 from mqgate.store.interfaces import (
     IMessageStore, PreparedTransaction, StoreClosed, StoreError, StoreFailed,
-    StoredMessage, destination_key, durable_key)
+    StoredMessage, UnknownMessage, destination_key, durable_key)
 from mqgate.store.memory import PREPARED, Ledger, Txn
 from mqgate.store.sqlconfig import (
     PASSWORD_KEY, SqlConfig, connection_pool, sql_config_from_settings)
@@ -225,6 +225,8 @@ class _Statements:
         self.insert_message = q(
             f"INSERT INTO {msg} (SEQ, DESTINATION, MESSAGE_ID, DELIVERY_COUNT, DATA) "
             "VALUES (?, ?, ?, 0, ?)")
+        self.select_message = q(
+            f"SELECT DATA FROM {msg} WHERE DESTINATION = ? AND MESSAGE_ID = ?")
         self.delete_message = q(
             f"DELETE FROM {msg} WHERE DESTINATION = ? AND MESSAGE_ID = ?")
         self.update_count = q(
@@ -470,6 +472,23 @@ class SqlStore:
         return self._write([(self._sql.insert_message, (
             self._next_seq(), destination, to_sql_id(message_id), data))],
             (destination, message_id))
+
+    @guarded
+    def read_message(self, destination, message_id):
+        """The stored bytes of a live message: one SELECT on the pool's thread (S2.6)."""
+        self._ledger.get(destination, message_id)
+        return self._pool.runInteraction(self._select_message, destination, message_id)
+
+    def _select_message(self, cursor, destination, message_id):
+        try:
+            cursor.execute(self._sql.select_message, (destination, to_sql_id(message_id)))
+            row = cursor.fetchone()
+        except self._dbapi_error as e:
+            raise StoreError(f"{self.where}: could not read message {message_id} of"
+                             f" {destination!r} back: {e}") from e
+        if row is None:
+            raise UnknownMessage(destination, message_id)
+        return bytes(row[0])
 
     @guarded
     def remove_message(self, destination, message_id, *, txn=None):
