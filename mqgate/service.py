@@ -53,7 +53,6 @@ from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
 from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
-from mqgate.net.tunnel import PATHS as TUNNEL_PATHS, TunnelResource
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.access_control import (
@@ -71,10 +70,7 @@ from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
 from mqgate.store.factory import open_store
 from mqgate.web.admin import AdminApi, broker_health
-from mqgate.web.gateway import gateway_root, gateway_service
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
-from mqgate.ws.policy import parse_origins
-from mqgate.ws.server import ws_resource
 
 __all__ = ["build_broker", "BrokerService"]
 
@@ -606,7 +602,12 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
 def _gateway_service(name, top, registry, **shared):
     """The HTTP gateway service C{name} (httpjms, httpsjms; S1.1, S10.3): its carriers
     build their connections with the service's own protocol factory, pooled and
-    bounded as a socket service's are."""
+    bounded as a socket service's are.
+
+    The gateway's modules (autobahn's among them) are imported here, by the brokers
+    that run such a service: they cost every other broker's start a fifth of a second.
+    """
+    from mqgate.web.gateway import gateway_root, gateway_service
     settings, reactor = shared["settings"], shared["reactor"]
     _kind, transport = SERVICES[name]
     host, port = settings.service_address(name)
@@ -634,6 +635,8 @@ def _gateway_service(name, top, registry, **shared):
 
 def _gateway_children(name, factory, settings, reactor):
     """The carriers of gateway service C{name}: C{{path: resource}}."""
+    from mqgate.ws.policy import parse_origins
+    from mqgate.ws.server import ws_resource
     prefix = f"mqgate.{name}.ws"
     origins = settings[f"{prefix}.allowed_origins"]
     try:
@@ -654,6 +657,7 @@ def _gateway_children(name, factory, settings, reactor):
 def _tunnel_children(name, factory, settings, reactor):
     """The HTTP tunnel of gateway service C{name} (S10.3), at its own path and at the
     source system's: one resource, so a connection id is known at both."""
+    from mqgate.net.tunnel import PATHS as TUNNEL_PATHS, TunnelResource
     _kind, transport = SERVICES[name]
     tunnel = TunnelResource(
         factory, reactor, service_name=name,
