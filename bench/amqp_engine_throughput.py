@@ -126,22 +126,8 @@ def measure(options, url, mode, broker_pid=None):
             "--size", str(options.size), "--prefetch", str(options.prefetch),
             "--timeout", str(options.timeout), "--address", options.address,
             "--user", options.user, "--password", options.password]
-    children = []
     cpu_before = amqp_throughput.broker_cpu(broker_pid)
-    try:
-        consumer = stomp_throughput.ScriptChild(__file__, "consume", args)
-        children.append(consumer)
-        consumer.wait_for_line("ready", READY_TIMEOUT)
-        producer = stomp_throughput.ScriptChild(__file__, "produce", args)
-        children.append(producer)
-        deadline = time.monotonic() + options.timeout + READY_TIMEOUT
-        sent = producer.result(max(1.0, deadline - time.monotonic()))
-        got = consumer.result(max(1.0, deadline - time.monotonic()))
-        for child in children:
-            child.close(CLOSE_GRACE)
-    finally:
-        for child in children:
-            child.kill()
+    sent, got = stomp_throughput.run_pair(__file__, args, options)
     result = {
         "scenario": f"amqp-engine-queue-{mode}",
         "messages": got["received"],

@@ -398,29 +398,37 @@ def client_args(options, url, mode, address=None, messages=None):
             "--user", options.user, "--password", options.password]
 
 
-def measure(options, url, mode, broker_pid=None):
-    """Run consumer then producer against C{url}; return the scenario's JSON dict."""
-    args = client_args(options, url, mode)
+def run_pair(script, args, options):
+    """Run C{script}'s consumer role, once it is ready its producer role, both with
+    C{args}; wait for both results within the scenario's time-out, close both (or
+    kill them on a failure). @return: C{(producer result, consumer result)}."""
     children = []
-    cpu_before = broker_cpu(broker_pid)
     try:
-        consumer = ScriptChild(__file__, "consume", args)
+        consumer = ScriptChild(script, "consume", args)
         children.append(consumer)
         consumer.wait_for_line("ready", READY_TIMEOUT)
-        producer = ScriptChild(__file__, "produce", args)
+        producer = ScriptChild(script, "produce", args)
         children.append(producer)
         deadline = time.monotonic() + options.timeout + READY_TIMEOUT
         sent = producer.result(max(1.0, deadline - time.monotonic()))
         got = consumer.result(max(1.0, deadline - time.monotonic()))
-        if got["wait_for_first_s"] > FIRST_MESSAGE_WARNING:
-            print(f"warning: stomp-queue-{mode}: the first message reached the "
-                  f"consumer {got['wait_for_first_s']} s after it subscribed",
-                  file=sys.stderr, flush=True)
         for child in children:
             child.close(CLOSE_GRACE)
     finally:
         for child in children:
             child.kill()
+    return sent, got
+
+
+def measure(options, url, mode, broker_pid=None):
+    """Run consumer then producer against C{url}; return the scenario's JSON dict."""
+    args = client_args(options, url, mode)
+    cpu_before = broker_cpu(broker_pid)
+    sent, got = run_pair(__file__, args, options)
+    if got["wait_for_first_s"] > FIRST_MESSAGE_WARNING:
+        print(f"warning: stomp-queue-{mode}: the first message reached the "
+              f"consumer {got['wait_for_first_s']} s after it subscribed",
+              file=sys.stderr, flush=True)
     result = {
         "scenario": f"stomp-queue-{mode}",
         "messages": got["received"],

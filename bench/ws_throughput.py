@@ -13,7 +13,6 @@ virtual transport); the target is at least 70 % of TCP.
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -28,8 +27,6 @@ from tests.e2e.broker import BrokerError, BrokerProcess  # noqa: E402
 PEER = BENCH_DIR.parent / "tests" / "ws" / "engine_peer.py"
 SCENARIOS = ("presettled",)
 NAME = "ws-amqp-queue-presettled"
-READY_TIMEOUT = amqp_throughput.READY_TIMEOUT
-CLOSE_GRACE = 5.0
 
 
 def measure_one(options, url, pid, address):
@@ -38,22 +35,8 @@ def measure_one(options, url, pid, address):
             "--size", str(options.size), "--prefetch", str(options.prefetch),
             "--timeout", str(options.timeout), "--user", options.user,
             "--password", options.password]
-    children = []
     cpu_before = amqp_throughput.broker_cpu(pid)
-    try:
-        consumer = stomp_throughput.ScriptChild(PEER, "consume", args)
-        children.append(consumer)
-        consumer.wait_for_line("ready", READY_TIMEOUT)
-        producer = stomp_throughput.ScriptChild(PEER, "produce", args)
-        children.append(producer)
-        deadline = time.monotonic() + options.timeout + READY_TIMEOUT
-        sent = producer.result(max(1.0, deadline - time.monotonic()))
-        got = consumer.result(max(1.0, deadline - time.monotonic()))
-        for child in children:
-            child.close(CLOSE_GRACE)
-    finally:
-        for child in children:
-            child.kill()
+    sent, got = stomp_throughput.run_pair(PEER, args, options)
     for outcome in (sent, got):
         if "error" in outcome:
             raise BenchError(f"{outcome['role']} over {url}: {outcome['error']}")
