@@ -745,8 +745,7 @@ class _RelayGuard:
     def send(self, message):
         if is_admin_address(message.to):
             return _admin_producer(self._admin, self._principal, message.to).send(message)
-        if self._decisions is not None and isinstance(message.to, str):
-            _check(self._decisions.check(message.to))
+        self._check_access(message)
         return self._core.send(message)
 
     def admit(self, message):
@@ -755,9 +754,12 @@ class _RelayGuard:
         if is_admin_address(message.to):
             raise _refusal(c.NOT_IMPLEMENTED, "admin requests cannot be part of a "
                            "transaction")
+        self._check_access(message)
+        return self._core.admit(message)
+
+    def _check_access(self, message):
         if self._decisions is not None and isinstance(message.to, str):
             _check(self._decisions.check(message.to))
-        return self._core.admit(message)
 
     def enqueue_committed(self, destination, targets, message):
         self._core.enqueue_committed(destination, targets, message)
