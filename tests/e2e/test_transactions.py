@@ -15,7 +15,29 @@ def txn_broker(module_broker_factory):
     return module_broker_factory()
 
 
-class TransactedSend(Scenario, TransactionHandler):
+class _Outcome(TransactionHandler):
+    """Records how the scenario's transaction ended (C{outcome}) and finishes it."""
+
+    outcome = None
+
+    def _ended(self, outcome):
+        self.outcome = outcome
+        self.finish()
+
+    def on_transaction_committed(self, event):
+        self._ended("committed")
+
+    def on_transaction_aborted(self, event):
+        self._ended("aborted")
+
+    def on_transaction_commit_failed(self, event):
+        self._ended("commit failed")
+
+    def on_transaction_declare_failed(self, event):
+        self._ended("declare failed")
+
+
+class TransactedSend(Scenario, _Outcome):
     """Declare a transaction, send C{count} messages in it to C{address}, wait until
     the broker has answered each, then commit (C{end="commit"}) or roll back
     (C{"abort"})."""
@@ -48,24 +70,9 @@ class TransactedSend(Scenario, TransactionHandler):
             self.progress = "discharging"
             self.txn.commit() if self.end == "commit" else self.txn.abort()
 
-    def on_transaction_committed(self, event):
-        self.outcome = "committed"
-        self.finish()
-
-    def on_transaction_aborted(self, event):
-        self.outcome = "aborted"
-        self.finish()
-
-    def on_transaction_commit_failed(self, event):
-        self.outcome = "commit failed"
-        self.finish()
-
-    def on_transaction_declare_failed(self, event):
-        self.outcome = "declare failed"
-        self.finish()
 
 
-class TransactedReceive(Scenario, TransactionHandler):
+class TransactedReceive(Scenario, _Outcome):
     """Declare a transaction, receive C{count} messages from C{address} accepting each
     in it, then commit or roll back."""
 
@@ -92,13 +99,6 @@ class TransactedReceive(Scenario, TransactionHandler):
         if len(self.bodies) == self.count:
             self.txn.commit() if self.end == "commit" else self.txn.abort()
 
-    def on_transaction_committed(self, event):
-        self.outcome = "committed"
-        self.finish()
-
-    def on_transaction_aborted(self, event):
-        self.outcome = "aborted"
-        self.finish()
 
 
 def _queued(broker, address, expected_most=100):
