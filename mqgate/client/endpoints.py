@@ -12,7 +12,6 @@ C{mqgate.ws.client}); they are imported here only when such a URL is used, so th
 library works without them for everything else.
 """
 
-import importlib
 
 from twisted.internet import defer, ssl
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
@@ -160,29 +159,10 @@ def endpoint_for(reactor, url, *, ca_file=None, verify=True, server_name=None,
         raise UrlError(f"service {url.service!r} at {url.host}:{url.port} speaks "
                        f"{entry.protocol}; mq:// reaches tcp and tls services (use its "
                        f"http(s):// or ws(s):// URL)")
+    # Imported here: the HTTP and WebSocket clients are needed only for their URLs.
     if url.scheme in ("http", "https"):
-        endpoint_class = _find("TunnelClientEndpoint", _TUNNEL_MODULES, url,
-                               "the HTTP tunnel client")
-        return endpoint_class(reactor, url.url, proxy=proxy, tls_context=tls)
-    endpoint_class = _find("WebSocketClientEndpoint", _WS_MODULES, url,
-                           "the WebSocket client")
-    return endpoint_class(reactor, url.url, subprotocol="amqp", tls_context=tls,
-                          origin=origin)
-
-
-#: Where the tunnel's and WebSocket's client endpoints may live (the first found wins).
-_TUNNEL_MODULES = ("mqgate.tunnel.client", "mqgate.net.tunnel_client")
-_WS_MODULES = ("mqgate.ws.client", "mqgate.net.ws_client")
-
-
-def _find(name, modules, url, what):
-    """The endpoint class C{name} from the first of C{modules} that has it."""
-    for module_name in modules:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise UrlError(f"{url.scheme}:// URLs need {what} ({modules[0]}), which this "
-                   "installation lacks; use amqp:// or amqps://")
+        from mqgate.net.tunnel_client import TunnelClientEndpoint
+        return TunnelClientEndpoint(reactor, url.url, proxy=proxy, tls_context=tls)
+    from mqgate.ws.client import WebSocketClientEndpoint
+    return WebSocketClientEndpoint(reactor, url.url, subprotocol="amqp", tls_context=tls,
+                                   origin=origin)

@@ -99,17 +99,16 @@ def test_bad_options_are_named(properties, keywords, words):
         options_from(properties, **keywords)
 
 
-def test_tunnel_and_websocket_urls_without_their_clients_say_what_is_missing(
-        monkeypatch):
-    """Where the tunnel or WebSocket client is not installed, such a URL is refused
-    naming what is missing and what to use instead."""
+def test_tunnel_and_websocket_urls_get_their_endpoints():
+    """http(s):// URLs are reached through the tunnel's client endpoint, ws(s):// ones
+    through the WebSocket's, each given the URL as written."""
     from twisted.internet.task import Clock
 
     from mqgate.client import endpoints
+    from mqgate.net.tunnel_client import TunnelClientEndpoint
+    from mqgate.ws.client import WebSocketClientEndpoint
     from tests.deferreds import result
-    monkeypatch.setattr(endpoints, "_WS_MODULES", ("mqgate.no_such_ws",))
-    monkeypatch.setattr(endpoints, "_TUNNEL_MODULES", ("mqgate.no_such_tunnel",))
-    with pytest.raises(UrlError, match="WebSocket client.*amqp://"):
-        result(endpoints.endpoint_for(Clock(), "wss://h:8080/ws", verify=False))
-    with pytest.raises(UrlError, match="HTTP tunnel client.*amqp://"):
-        result(endpoints.endpoint_for(Clock(), "http://h:8080/tunnel"))
+    tunnel = result(endpoints.endpoint_for(Clock(), "http://h:8080/tunnel", proxy=""))
+    assert isinstance(tunnel, TunnelClientEndpoint) and tunnel.url == "http://h:8080/tunnel"
+    ws = result(endpoints.endpoint_for(Clock(), "wss://h:8080/ws", verify=False))
+    assert isinstance(ws, WebSocketClientEndpoint)
