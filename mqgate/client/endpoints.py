@@ -7,9 +7,9 @@ default, against the system's CAs or a CA file the caller names (C{ca_file}); on
 explicit C{verify=False} turns that off. C{server_name} checks the certificate against
 another name than the URL's host (a broker reached by its IP address, say).
 
-The tunnel and WebSocket endpoints live in their own packages (C{mqgate.tunnel.client},
-C{mqgate.ws.client}); they are imported here only when such a URL is used, so the
-library works without them for everything else.
+The tunnel and WebSocket endpoints live in their own modules
+(C{mqgate.net.tunnel_client}, C{mqgate.ws.client}); they are imported here only when
+such a URL is used.
 """
 
 
