@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from proton import Endpoint, Message, Terminus
-from proton.reactor import LinkOption
+from proton.reactor import AtMostOnce, LinkOption
 from proton.utils import ConnectionClosed
 
 from tests.e2e.proton_client import drain, opened, receive_all
@@ -212,3 +212,32 @@ def test_persistent_messages_survive_a_restart_within_the_ttl(broker_factory, tm
         [got] = receive_all(receiver, 1)
         assert drain(conn, receiver) == []
     assert got.body == "kept"
+
+
+class MaxMessageSize(LinkOption):
+    """A receiver advertising the MQ Light client's max-message-size of 10,000."""
+
+    def apply(self, link):
+        link.max_message_size = 10000
+
+
+def test_qos_round_trips_and_an_advisory_max_message_size(broker):
+    """S8.1: qos 0 pre-settled both ways; qos 1 settled by the broker (Proton's
+    blocking send returns only once the broker settled it, Accepted); a message over
+    the subscriber's advertised max-message-size of 10,000 bytes still reaches it
+    (FACTS 3.3: advisory for this client)."""
+    big = "x" * 50_000
+    with opened(broker, container_id="qos") as conn:
+        at_most_once = conn.create_receiver(
+            "private:qos/zero", name="private:qos/zero", options=[Ttl(0), AtMostOnce()])
+        at_least_once = conn.create_receiver(
+            "private:qos/one", name="private:qos/one", options=[Ttl(0), MaxMessageSize()])
+        zero = conn.create_sender("qos/zero", name=f"qos/zero_{uuid.uuid4()}",
+                                  options=AtMostOnce())
+        zero.send(Message(body="fire and forget"))
+        one = publisher(conn, "qos/one")
+        delivery = one.send(Message(body=big))
+        assert delivery.remote_state == delivery.ACCEPTED and delivery.settled
+        [got_zero] = receive_all(at_most_once, 1, settle=None)
+        [got_one] = receive_all(at_least_once, 1)
+    assert got_zero.body == "fire and forget" and got_one.body == big
