@@ -379,7 +379,9 @@ class AmqpBrokerSession(BrokerSession):
         requester = Requester.of(self.principal, self, self.peer, self.config.service)
         consumer = None
         if subscription is not None:
-            # S8.3, S8.5: an MQ Light subscription, for as long as its source says.
+            # S8.3, S8.5: an MQ Light subscription, for as long as its source says;
+            # the client profile is asked first, so that a refusal makes nothing.
+            self.check_flows("subscription", self._held["subscription"])
             self.mqlight = True
             consumer = self.broker.open_mqlight(
                 subscription, target, client_id=self.container_id,
@@ -398,7 +400,7 @@ class AmqpBrokerSession(BrokerSession):
                 durable_name=link.name if durable and not source.dynamic else None,
                 container_id=self.container_id, dynamic=bool(source.dynamic),
                 selector=selector, requester=requester)
-        if consumer.queue.pattern is not None:
+        if consumer.queue.pattern is not None and subscription is None:
             try:
                 self.check_flows("subscription", self._held["subscription"])
             except ProtocolError:
