@@ -287,10 +287,6 @@ class Producer:
         destination = self.admit(message)
         if message.seq is None:
             message.seq = self._next_seq()
-        if not message.durable and type(destination) is Topic:
-            # S8.4: the publisher's durable=true always wins; otherwise the topic's
-            # default persistence decides.
-            message.durable = destination.default_persistence
         if destination.holding is not None:
             return self._send_paused(destination, message)
         if message.durable:
@@ -324,6 +320,11 @@ class Producer:
             limits.check_message(message.size, canonical_of(destination))
         if destination.full:
             _refuse_if_rejecting(destination)
+        if not message.durable and type(destination) is Topic:
+            # S8.4: the publisher's durable=true always wins; otherwise the topic's
+            # default persistence decides (here, so that a transaction's send, which
+            # is admitted now and stored at its commit, is decided alike).
+            message.durable = destination.default_persistence
         return destination
 
     def enqueue_committed(self, destination, targets, message):

@@ -24,7 +24,11 @@ What the glue decides:
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
   (design rule 3);
-- a pre-settled send that a limit or the store refuses: see L{_PresettledRefusals}.
+- a pre-settled send that a limit or the store refuses: see L{_PresettledRefusals};
+- MQ Light clients (S8.5, docs/mqlight.md): a receiver on C{private:}/C{share:} is an
+  MQ Light subscription with the time-to-live of its source; a connection that shows
+  itself as the client's publishes bare names to topics and may take over another's
+  container-id (L{mqgate.glue.client_ids}).
 
 No I/O here: the adapter feeds events in and writes what the engine has to say.
 """
