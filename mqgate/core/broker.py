@@ -768,7 +768,8 @@ class Broker:
         outlives its last subscriber by C{ttl} seconds (C{mqlight.FOREVER}: until it
         is closed); while it has a time-to-live it stores its persistent messages,
         and it is restored with them after a restart. Closing the consumer with
-        C{remove=True} removes the subscription once nobody else is subscribed.
+        C{remove=True} removes the subscription at once if no other subscriber is
+        left (else the last one's leaving decides, by the time-to-live).
 
         Ownership as for durable subscriptions: only the user who made it (or a
         member of group admin) may subscribe to it again.
@@ -805,7 +806,7 @@ class Broker:
             self.on_subscribe(pattern, queue)
         return consumer
 
-    def _mqlight_queue(self, container_id, name, pattern, owner, ttl=0):
+    def _mqlight_queue(self, container_id, name, pattern, owner):
         queue = Queue(f"{container_id}:{name}", self.clock, pattern=pattern,
                       durable_key=(container_id, name),
                       limits=self._subscription_limits(self._topics.get(pattern)),
