@@ -33,6 +33,7 @@ from mqgate.core.message import BrokerMessage
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.core.persistence import stored_on
 from mqgate.core.ring import ring_limits
+from mqgate.core.settings import RuntimeSettings
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.core.transactions import TransactionLimits
 from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
@@ -186,6 +187,7 @@ class Requester:
         identity: the owner of the temporary destinations it makes.
     @ivar address: the client's address, and C{service} the connection service, for
         the audit trail only.
+    @ivar groups: the user's groups (the roles a security setting names, S7.2).
     """
 
     user: object = None
@@ -193,6 +195,7 @@ class Requester:
     connection: object = None
     address: object = None
     service: object = None
+    groups: tuple = ()
 
     @classmethod
     def of(cls, principal, connection, address=None, service=None):
@@ -201,7 +204,7 @@ class Requester:
         if principal is None:
             return cls(None, False, connection, address, service)
         return cls(principal.name, ADMIN_GROUP in principal.groups, connection, address,
-                   service)
+                   service, tuple(principal.groups))
 
 
 class Producer:
@@ -638,6 +641,8 @@ class Broker:
             limits=dmq_limits(config.dmq_max_num_msgs, config.dmq_max_total_msg_bytes))
         if persistence is not None:
             dmq.store = persistence.queue_store(QUEUE, DMQ_NAME)
+        # S7.1: address and security settings made at run time.
+        self.settings = RuntimeSettings()
         # S7.1: diverts; their copies go through producers of the broker's own.
         self.diverts = DivertRouter(self._existing, self._destination, self._copier)
         self.dead_letters = dmq.dead_letters = DeadLetters(
@@ -739,6 +744,8 @@ class Broker:
             if self.reserved is not None:
                 self.reserved(kind, name, "consume")
         if kind == QUEUE:
+            if temporary is None:
+                self._check_security(requester, name, "consume")
             queue = temporary or self._private(self._destination(QUEUE, name), requester)
         else:
             if temporary is None and not is_pattern(name):
@@ -1200,6 +1207,17 @@ class Broker:
                 return name
 
     # -- ownership (issue 11) ----------------------------------------------------------
+
+    def _check_security(self, requester, name, permission):
+        # S7.2: a security setting made at run time (a capture's) restricts who may
+        # consume from or browse the queues it matches.
+        if requester is None or not self.settings.security:
+            return
+        refused = self.settings.refusal(name, permission, requester.groups,
+                                        requester.user)
+        if refused is not None:
+            self._deny(requester, permission, "queue", name)
+            raise Unauthorized(refused)
 
     def _private(self, destination, requester):
         # A temporary destination is its connection's private reply address: only
