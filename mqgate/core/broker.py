@@ -612,6 +612,11 @@ class Broker:
     transaction_limits = TransactionLimits()
     reserved = None
     on_subscribe = None
+    #: Called with no argument when a divert or a run-time setting is made or removed
+    #: (S7.1: the runtime catalog keeps them across restarts); C{None}: nobody keeps.
+    on_runtime_change = None
+    #: The L{mqgate.core.capture.Captures} of this broker, or C{None}.
+    captures = None
     #: The L{mqgate.core.memory.MemoryStates} the glues ask before they grant producer
     #: credit or accept a message (S2.6), or C{None}: memory states are not watched.
     memory = None
@@ -822,11 +827,38 @@ class Broker:
         divert = Divert(name, source, target, exclusive=exclusive,
                         selector=_compiled(selector), owner=owner)
         self.diverts.add(divert)
+        self._runtime_changed()
         return divert
 
     def destroy_divert(self, name):
         """Remove the divert called C{name}; return it. @raise NotFound: none."""
-        return self.diverts.remove(name)
+        divert = self.diverts.remove(name)
+        self._runtime_changed()
+        return divert
+
+    def set_address_setting(self, setting):
+        """Put the L{AddressSetting} C{setting} in force (replacing one of its match)."""
+        self.settings.address[setting.match] = setting
+        self._runtime_changed()
+
+    def set_security_setting(self, setting):
+        """Put the L{SecuritySetting} C{setting} in force (replacing one of its match)."""
+        self.settings.security[setting.match] = setting
+        self._runtime_changed()
+
+    def remove_setting(self, which, match):
+        """Remove the C{which} (C{"address"} or C{"security"}) setting on C{match};
+        return it. @raise NotFound: there is none."""
+        table = self.settings.address if which == "address" else self.settings.security
+        setting = table.pop(match, None)
+        if setting is None:
+            raise NotFound(f"no {which} setting on {match!r}")
+        self._runtime_changed()
+        return setting
+
+    def _runtime_changed(self):
+        if self.on_runtime_change is not None:
+            self.on_runtime_change()
 
     def _existing(self, kind, name):
         return (self._queues if kind == QUEUE else self._topics).get(name)

@@ -243,6 +243,11 @@ class Captures:
                            " them)")
         return sub
 
+    def bounds_of(self, name):
+        """The L{CaptureBounds} of subscription C{name}, or C{None}."""
+        sub = self._subs.get(name)
+        return None if sub is None else sub.bounds
+
     def may_write(self, requester):
         """Whether C{requester} holds C{capture:write} (S7.9); C{None} is the broker
         itself (a restore)."""
@@ -251,7 +256,7 @@ class Captures:
     # -- install ------------------------------------------------------------------
 
     def install(self, name, address, *, selector=None, bounds=None, requester=None,
-                restoring=False):
+                restoring=False, created_by=None):
         """Install the capture subscription C{name} on C{address}; return it.
 
         @raise CaptureForbidden: the requester lacks C{capture:write}.
@@ -265,6 +270,8 @@ class Captures:
             self._audit("capture.install", "requested", requester, **details)
         try:
             sub = self._install(name, address, selector, bounds, requester)
+            if created_by is not None:
+                sub.created_by = created_by
         except Exception as e:
             if not restoring:
                 self._audit("capture.install", "failed", requester, why=str(e), **details)
