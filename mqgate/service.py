@@ -601,8 +601,10 @@ def _capture(settings, broker, reactor):
             body_bytes=settings["mqgate.capture.body_max"],
             retention=float(settings["mqgate.capture.retention"]),
             stored_bytes=settings["mqgate.capture.stored_max"]))
+    # Until a capture index is configured, a sink that counts; the index takes over
+    # with captures.use_sink().
     captures = broker.captures = Captures(broker, reactor, config, None)
-    captures.sink = CountingSink(lambda name: captures.bounds_of(name))
+    captures.sink = CountingSink(captures.bounds_of)
     catalog = RuntimeCatalog(os.path.join(settings.instance_dir, "runtime",
                                           "catalog.json"))
     document = catalog.load()
