@@ -7,6 +7,7 @@ subscription's body bound counts as truncated, and the bytes it would have store
 count towards the stored-size bound, past which the subscription is degraded.
 """
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqgate.core.taps import ICaptureSink
@@ -33,6 +34,8 @@ class CountingSink:
         (no body or stored-size bound applies).
     """
 
+    log = Logger(namespace="mqgate.capture")
+
     def __init__(self, bounds_of=lambda name: None):
         self._bounds_of = bounds_of
         self._figures = {}
@@ -57,6 +60,12 @@ class CountingSink:
                 f.truncated += 1
                 size = bounds.body_bytes
             if f.bytes + size > bounds.stored_bytes:
+                if not f.degraded:
+                    self.log.warn(
+                        "capture {name} is degraded: it holds {size} bytes, as much as"
+                        " its stored size allows; further copies are dropped and counted"
+                        " (query capture -n {name})", name=copy.subscription,
+                        size=f.bytes)
                 f.degraded = True
                 f.dropped["stored"] = f.dropped.get("stored", 0) + 1
                 return
