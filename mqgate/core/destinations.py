@@ -162,7 +162,7 @@ class Queue(_Operated):
                  "_in_flight", "_flight_bytes", "store", "_system",
                  "attached", "pause", "holding", "modes", "_backups",
                  "dead_letters", "_expiring", "_ticket", "pager",
-                 "_paged", "matches") + _QUEUE_COUNTERS
+                 "_paged", "matches", "diverts") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None, dead_letters=None):
@@ -220,6 +220,8 @@ class Queue(_Operated):
         # How a topic name is matched against its pattern: C{matches(pattern, name)}
         # (an MQ Light subscription's patterns have their own syntax, S8.5).
         self.matches = topic_matches
+        # S7.1: the DivertSet of the diverts on this queue's address (None: none).
+        self.diverts = None
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -1222,7 +1224,7 @@ class Topic(_Operated):
     __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
                  "messages_out", "dropped", "full", "_index", "_gen", "_subs",
                  "_selective", "attached", "pause", "holding", "limits", "bytes_in",
-                 "bytes_out", "default_persistence", "persistence_set")
+                 "bytes_out", "default_persistence", "persistence_set", "diverts")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -1248,6 +1250,8 @@ class Topic(_Operated):
         # for this topic: persistence_set).
         self.default_persistence = False
         self.persistence_set = False
+        # S7.1: the DivertSet of the diverts on this topic (None: none).
+        self.diverts = None
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"

@@ -184,7 +184,39 @@ def _broker_wide(context):
     store = snapshot.store_snapshot(context)
     if store is not None:
         yield from _store(store)
+    yield from _capture(context)
     yield from _process()
+
+
+def _capture(context):
+    """The capture subscriptions' figures (S7.4): copies, drops by reason, ring
+    depth; one series per subscription (and node: capture is per node, S7.7)."""
+    captures = getattr(context.broker, "captures", None)
+    if captures is None:
+        return
+    labels = ["subscription", "node"]
+    copied = CounterMetricFamily(
+        "mqgate_capture_copies", "Copies a capture subscription's divert made.",
+        labels=labels)
+    ingested = CounterMetricFamily(
+        "mqgate_capture_ingested", "Copies handed on to the capture index.",
+        labels=labels)
+    dropped = CounterMetricFamily(
+        "mqgate_capture_dropped", "Copies dropped before the index saw them, by reason:"
+        " rate (beyond the subscription's ingest rate), ring (its ring queue was full).",
+        labels=[*labels, "reason"])
+    depth = GaugeMetricFamily(
+        "mqgate_capture_ring_messages", "Copies waiting in the capture's ring queue.",
+        labels=labels)
+    for sub in captures:
+        figures = sub.describe()
+        key = [figures["name"], figures["node"]]
+        copied.add_metric(key, figures["copied"])
+        ingested.add_metric(key, figures["ingested"])
+        dropped.add_metric([*key, "rate"], figures["dropped_rate"])
+        dropped.add_metric([*key, "ring"], figures["dropped_ring"])
+        depth.add_metric(key, figures["depth"])
+    yield from (copied, ingested, dropped, depth)
 
 
 def _egress(egress):
