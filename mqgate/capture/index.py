@@ -342,26 +342,11 @@ class CaptureIndex:
 
         def job(cursor):
             # Enough of the oldest rows to free the excess, a batch at most.
-            removed = 0
-            freed = 0
-            limit = self.prune_batch
-            seq, size = self.schema.oldest_of(cursor, subscription, limit)
-            if seq is None:
-                return 0, 0
-            # Fewer rows when fewer free enough: halve while half still does.
-            while limit > 1:
-                half_seq, half_size = self.schema.oldest_of(
-                    cursor, subscription, limit // 2)
-                if half_size < excess:
-                    break
-                limit, seq, size = limit // 2, half_seq, half_size
-            cursor.execute(self.schema.dialect.sql(
-                f"SELECT COUNT(*) FROM {self.schema.msg} "
-                "WHERE SUBSCRIPTION = ? AND SEQ <= ?"), (subscription, seq))
-            removed = int(cursor.fetchone()[0])
-            freed = size
-            cursor.execute(self.schema.delete_subscription_upto, (subscription, seq))
-            cursor.execute(self.schema.delete_orphan_properties_upto, (seq, seq))
+            seq, removed, freed = self.schema.oldest_to_free(
+                cursor, subscription, excess, self.prune_batch)
+            if seq is not None:
+                cursor.execute(self.schema.delete_subscription_upto, (subscription, seq))
+                cursor.execute(self.schema.delete_orphan_properties_upto, (seq, seq))
             return removed, freed
 
         def step(result):

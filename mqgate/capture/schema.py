@@ -109,17 +109,19 @@ class CaptureSchema:
         row = cursor.fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
-    def oldest_of(self, cursor, subscription, limit):
-        """C{(cutoff_seq, bytes)}: the SEQ up to which the oldest C{limit} rows of
-        C{subscription} go, and the bytes they hold; C{(None, 0)} when it has none."""
+    def oldest_to_free(self, cursor, subscription, excess, limit):
+        """C{(cutoff_seq, rows, bytes)}: the oldest rows of C{subscription} that free
+        at least C{excess} bytes, C{limit} rows at most; C{(None, 0, 0)} when it has
+        none."""
         cursor.execute(self.dialect.sql(
-            f"SELECT MAX(SEQ), COALESCE(SUM(STORED_BYTES), 0) FROM (SELECT SEQ, "
-            f"STORED_BYTES FROM {self.msg} WHERE SUBSCRIPTION = ? ORDER BY SEQ "
-            f"LIMIT {int(limit)}) OLDEST"), (subscription,))
-        row = cursor.fetchone()
-        if row is None or row[0] is None:
-            return None, 0
-        return int(row[0]), int(row[1])
+            f"SELECT SEQ, STORED_BYTES FROM {self.msg} WHERE SUBSCRIPTION = ? "
+            f"ORDER BY SEQ LIMIT {int(limit)}"), (subscription,))
+        seq, rows, freed = None, 0, 0
+        for row_seq, size in cursor.fetchall():
+            seq, rows, freed = int(row_seq), rows + 1, freed + int(size)
+            if freed >= excess:
+                break
+        return seq, rows, freed
 
     def bytes_upto(self, cursor, seq):
         """C{{subscription: bytes}} of the rows numbered up to C{seq}."""
