@@ -209,3 +209,35 @@ def test_the_tail_sees_each_row_with_its_id(opener, hub):
     index, _ = opener.index(tail=hub)
     index.ingest(copy(body=b"live"))
     assert len(lines) == 1 and b'"id":1' in lines[0] and b'"body_text":"live"' in lines[0]
+
+
+def test_the_figures_reach_prometheus(opener):
+    """Drops (the core's and the index's own), writes and stored bytes are exported
+    per subscription in /metrics' text."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from twisted.internet.task import Clock
+
+    from mqgate.admin.requests import AdminContext
+    from mqgate.core import Broker
+    from mqgate.egress.clients import ClientRegistry
+    from mqgate.metrics.prometheus import exposition
+    from mqgate.metrics.snapshot import MetricsSources
+    from mqgate.store.memory import MemoryStore
+
+    index, _ = opener.index()
+    index.ingest(copy(subscription="s1"))
+    result(index.drained())
+    index.dropped("s1", "ring", 4)
+    clock = Clock()
+    context = AdminContext(Broker(clock), ClientRegistry(), None,
+                           metrics=MetricsSources(clock, 0, store=MemoryStore()))
+    context.capture_index = index
+    text = exposition(context)[0].decode("utf-8")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text)
+               for s in family.samples}
+    assert samples[("mqgate_capture_dropped_messages_total",
+                    (("reason", "ring"), ("subscription", "s1")))] == 4
+    assert samples[("mqgate_capture_index_written_messages_total", ())] == 1
+    assert samples[("mqgate_capture_index_stored_bytes", (("subscription", "s1"),))] > 0
+    assert samples[("mqgate_capture_index_pending_messages", ())] == 0
