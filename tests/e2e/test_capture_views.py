@@ -143,3 +143,34 @@ def test_the_cli_tail_connects_and_stops_when_the_broker_does(broker, passfile):
         process.terminate()
         out, err = process.communicate(timeout=TIMEOUT)
     assert out == "" and "Traceback" not in err
+
+
+def test_the_readme_examples_run_as_written(broker, passfile):
+    """The README's capture section: its curl lines answer 200 with JSON, its
+    `mqgate capture search` line exits 0 (the tail line runs until Ctrl-C: the test
+    above runs it)."""
+    import shlex
+    import shutil
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Message capture", 1)[1].split("\n### ", 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith(("curl ", ".venv/"))]
+    assert len(lines) == 5
+    port = str(broker.port("httpadmin"))
+    for line in lines:
+        line = line.replace("8161", port).replace("var/cmd-passfile", str(passfile))
+        argv = shlex.split(line, comments=True)
+        if argv[0] == "curl":
+            if shutil.which("curl") is None:
+                continue
+            argv += ["-sS", "-f"]
+        elif "tail" in argv:
+            continue
+        else:
+            argv = [sys.executable, "-m", "mqgate.admin.cli", *argv[1:],
+                    "--url", f"http://127.0.0.1:{port}"]
+        done = subprocess.run(argv, cwd=str(REPO_ROOT), env=broker_environment(),
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, (line, done.stderr)
+        if argv[0] == "curl":
+            json.loads(done.stdout)
