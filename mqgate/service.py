@@ -69,7 +69,12 @@ from mqgate.security.ldap import (
 from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
+from mqgate.core.capture import CaptureBounds, CaptureConfig, Captures
+from mqgate.core.capture_sinks import CountingSink
+from mqgate.core.runtime import restore as restore_runtime
+from mqgate.core.runtime import snapshot as snapshot_runtime
 from mqgate.store.factory import open_store
+from mqgate.store.runtime_catalog import RuntimeCatalog
 from mqgate.web.admin import AdminApi, broker_health
 from mqgate.web.capture import CaptureResource
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
@@ -478,6 +483,7 @@ def build_broker(settings, reactor):
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     broker.set_annotate(_dead_annotations)
+    _capture(settings, broker, reactor)
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
@@ -591,6 +597,39 @@ def build_broker(settings, reactor):
     MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
                       settings["mqgate.metrics.enabled"]).setServiceParent(top)
     return top
+
+
+def _capture(settings, broker, reactor):
+    """Capture subscriptions (S7.2) and the runtime catalog (S7.1): what was made at
+    run time is made again, then every change is written."""
+    config = CaptureConfig(
+        node=settings.instance, broker_role=settings["mqgate.capture.broker-role"],
+        writers=tuple(settings["mqgate.capture.writers"]),
+        bounds=CaptureBounds(
+            ring_size=settings["mqgate.capture.ring_size"],
+            expiry_delay=float(settings["mqgate.capture.expiry_delay"]),
+            rate=float(settings["mqgate.capture.rate"]),
+            body_bytes=settings["mqgate.capture.body_max"],
+            retention=float(settings["mqgate.capture.retention"]),
+            stored_bytes=settings["mqgate.capture.stored_max"]))
+    captures = broker.captures = Captures(broker, reactor, config, None)
+    captures.sink = CountingSink(lambda name: captures.bounds_of(name))
+    catalog = RuntimeCatalog(os.path.join(settings.instance_dir, "runtime",
+                                          "catalog.json"))
+    document = catalog.load()
+    if document is not None:
+        for warning in restore_runtime(broker, document):
+            log.warn("runtime catalog {path}: {warning}", path=catalog.path,
+                     warning=warning)
+        log.info("made again what was made at run time: {diverts} diverts, {captures}"
+                 " capture subscriptions", diverts=len(broker.diverts.table),
+                 captures=len(list(captures)))
+
+    def changed():
+        catalog.save(snapshot_runtime(broker))
+
+    broker.on_runtime_change = captures.on_change = changed
+    return captures
 
 
 def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests,

@@ -1081,6 +1081,34 @@ KEYS = (
         "Audit records that may wait for the disk at once; past it a record is dropped "
         "and counted, and the count is logged (a disk that cannot keep up never makes "
         "the broker grow)."),
+    # -- message capture (S7.2-S7.4, S7.9) --
+    Key("mqgate.capture.broker-role", Text(re.compile(r"[^\s,]+"), "a group name"), "amq",
+        "The group whose members may consume the capture queues "
+        "(mqgate.capture.NODE.ADDRESS.SUBSCRIPTION). Installing a capture sets a "
+        "security setting on mqgate.capture.# that lets only this group consume, so "
+        "that copies of production traffic are not readable by every client."),
+    Key("mqgate.capture.writers", TextList(), "admin",
+        "The groups whose members may install and remove capture subscriptions "
+        "(capture:write), through `mqgate cmd create|destroy capture` or "
+        "/api/captures. Other admin rights do not give it."),
+    Key("mqgate.capture.ring_size", Int(1, 10000000), "10000",
+        "Copies a capture subscription's ring queue holds before its oldest copy is "
+        "dropped (and counted) for each new one; the ring never grows."),
+    Key("mqgate.capture.expiry_delay", Seconds(1, 31536000), "86400",
+        "Seconds a copy without an expiry of its own may wait in a capture's ring "
+        "queue before it expires."),
+    Key("mqgate.capture.rate", Int(1, 1000000), "500",
+        "Copies a second one capture subscription may take; beyond it no copy is made "
+        "and the drop is counted (production traffic is never slowed)."),
+    Key("mqgate.capture.body_max", Size(1, 1 << 30), "256k",
+        "The longest body a capture keeps; a longer body is truncated and marked as "
+        "such, never stored whole."),
+    Key("mqgate.capture.retention", Seconds(3600, 31536000), "604800",
+        "Seconds captured copies are kept by the capture index before they are "
+        "dropped."),
+    Key("mqgate.capture.stored_max", Size(1 << 20, 1 << 50), "5g",
+        "Bytes one capture subscription may store; past it the subscription is "
+        "degraded (it stores no more and says so) until old copies are dropped."),
 )
 
 

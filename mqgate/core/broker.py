@@ -33,6 +33,7 @@ from mqgate.core.message import BrokerMessage
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.core.persistence import stored_on
 from mqgate.core.ring import ring_limits
+from mqgate.core.settings import RuntimeSettings
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.core.transactions import TransactionLimits
 from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
@@ -186,6 +187,7 @@ class Requester:
         identity: the owner of the temporary destinations it makes.
     @ivar address: the client's address, and C{service} the connection service, for
         the audit trail only.
+    @ivar groups: the user's groups (the roles a security setting names, S7.2).
     """
 
     user: object = None
@@ -193,6 +195,7 @@ class Requester:
     connection: object = None
     address: object = None
     service: object = None
+    groups: tuple = ()
 
     @classmethod
     def of(cls, principal, connection, address=None, service=None):
@@ -201,7 +204,7 @@ class Requester:
         if principal is None:
             return cls(None, False, connection, address, service)
         return cls(principal.name, ADMIN_GROUP in principal.groups, connection, address,
-                   service)
+                   service, tuple(principal.groups))
 
 
 class Producer:
@@ -609,6 +612,11 @@ class Broker:
     transaction_limits = TransactionLimits()
     reserved = None
     on_subscribe = None
+    #: Called with no argument when a divert or a run-time setting is made or removed
+    #: (S7.1: the runtime catalog keeps them across restarts); C{None}: nobody keeps.
+    on_runtime_change = None
+    #: The L{mqgate.core.capture.Captures} of this broker, or C{None}.
+    captures = None
     #: The L{mqgate.core.memory.MemoryStates} the glues ask before they grant producer
     #: credit or accept a message (S2.6), or C{None}: memory states are not watched.
     memory = None
@@ -638,6 +646,8 @@ class Broker:
             limits=dmq_limits(config.dmq_max_num_msgs, config.dmq_max_total_msg_bytes))
         if persistence is not None:
             dmq.store = persistence.queue_store(QUEUE, DMQ_NAME)
+        # S7.1: address and security settings made at run time.
+        self.settings = RuntimeSettings()
         # S7.1: diverts; their copies go through producers of the broker's own.
         self.diverts = DivertRouter(self._existing, self._destination, self._copier)
         self.dead_letters = dmq.dead_letters = DeadLetters(
@@ -739,6 +749,8 @@ class Broker:
             if self.reserved is not None:
                 self.reserved(kind, name, "consume")
         if kind == QUEUE:
+            if temporary is None:
+                self._check_security(requester, name, "consume")
             queue = temporary or self._private(self._destination(QUEUE, name), requester)
         else:
             if temporary is None and not is_pattern(name):
@@ -815,11 +827,38 @@ class Broker:
         divert = Divert(name, source, target, exclusive=exclusive,
                         selector=_compiled(selector), owner=owner)
         self.diverts.add(divert)
+        self._runtime_changed()
         return divert
 
     def destroy_divert(self, name):
         """Remove the divert called C{name}; return it. @raise NotFound: none."""
-        return self.diverts.remove(name)
+        divert = self.diverts.remove(name)
+        self._runtime_changed()
+        return divert
+
+    def set_address_setting(self, setting):
+        """Put the L{AddressSetting} C{setting} in force (replacing one of its match)."""
+        self.settings.address[setting.match] = setting
+        self._runtime_changed()
+
+    def set_security_setting(self, setting):
+        """Put the L{SecuritySetting} C{setting} in force (replacing one of its match)."""
+        self.settings.security[setting.match] = setting
+        self._runtime_changed()
+
+    def remove_setting(self, which, match):
+        """Remove the C{which} (C{"address"} or C{"security"}) setting on C{match};
+        return it. @raise NotFound: there is none."""
+        table = self.settings.address if which == "address" else self.settings.security
+        setting = table.pop(match, None)
+        if setting is None:
+            raise NotFound(f"no {which} setting on {match!r}")
+        self._runtime_changed()
+        return setting
+
+    def _runtime_changed(self):
+        if self.on_runtime_change is not None:
+            self.on_runtime_change()
 
     def _existing(self, kind, name):
         return (self._queues if kind == QUEUE else self._topics).get(name)
@@ -1200,6 +1239,17 @@ class Broker:
                 return name
 
     # -- ownership (issue 11) ----------------------------------------------------------
+
+    def _check_security(self, requester, name, permission):
+        # S7.2: a security setting made at run time (a capture's) restricts who may
+        # consume from or browse the queues it matches.
+        if requester is None or not self.settings.security:
+            return
+        refused = self.settings.refusal(name, permission, requester.groups,
+                                        requester.user)
+        if refused is not None:
+            self._deny(requester, permission, "queue", name)
+            raise Unauthorized(refused)
 
     def _private(self, destination, requester):
         # A temporary destination is its connection's private reply address: only
