@@ -536,10 +536,12 @@ def build_broker(settings, reactor):
     context.metrics_exposition = exposition_of(context)
     # S7.5: the capture index, fed by capture subscriptions (its index is their
     # ICaptureSink); opened before the services that show it, closed after them.
-    capture = top.capture_index = capture_index_from_settings(settings, reactor)
+    capture = top.capture_index = capture_index_from_settings(
+        settings, reactor, broker.captures.bounds_of)
     if capture is not None:
         capture.setServiceParent(top)
         context.capture_index = capture.index
+        broker.captures.sink = capture.index
     # S5.3: the metrics topics read the same snapshots; started before the services.
     _metrics_topics(settings, context, reactor, portmapper).setServiceParent(top)
     admin_requests = AdminRequests(context, admin_commands(reloadables.names()),

@@ -133,12 +133,16 @@ class CaptureIndex:
     @param now: wall-clock time in seconds since the epoch (captured_at's scale), for
         retention.
     @param tail: a L{mqgate.capture.tail.TailHub} shown every record, or None.
+    @param bounds_of: C{bounds_of(subscription)}: its
+        L{mqgate.core.capture.CaptureBounds} (body size, retention, stored size), or
+        None for the defaults given here (a subscription removed since).
     @param where: the database, for messages and the status (never a password).
     """
 
     log = Logger()
 
     def __init__(self, pool, schema, clock, *, now=time.time, tail=None, where=None,
+                 bounds_of=lambda subscription: None,
                  max_body=DEFAULT_MAX_BODY, max_pending=DEFAULT_MAX_PENDING,
                  retention=7 * 24 * 3600, max_bytes=5 * 1024 ** 3,
                  prune_interval=60, prune_batch=DEFAULT_PRUNE_BATCH,
@@ -148,6 +152,7 @@ class CaptureIndex:
         self._clock = clock
         self._now = now
         self.tail = tail
+        self._bounds_of = bounds_of
         self.where = where or schema.dialect.name
         self.max_body = max_body
         self.max_pending = max_pending
@@ -213,7 +218,8 @@ class CaptureIndex:
             self._count(copy.subscription, "backlog", 1)
             return
         try:
-            record = record_of(copy, self.max_body)
+            record = record_of(copy, self._bound(copy.subscription, "body_bytes",
+                                                 self.max_body))
         except Exception:
             self.log.failure("capture: a copy of {address} could not be indexed",
                              address=copy.address)
@@ -237,6 +243,10 @@ class CaptureIndex:
     def _count(self, subscription, reason, count):
         key = (subscription, reason)
         self.drops[key] = self.drops.get(key, 0) + count
+
+    def _bound(self, subscription, name, default):
+        bounds = self._bounds_of(subscription)
+        return default if bounds is None else getattr(bounds, name)
 
     def _statements(self, r):
         s = self.schema
@@ -297,48 +307,62 @@ class CaptureIndex:
         return d.addBoth(done)
 
     def _prune_age(self):
-        cutoff_ms = _ms(self._now() - self.retention)
+        d = defer.succeed(None)
+        for name in sorted(self.bytes):
+            d.addCallback(lambda _, name=name: self._expire(name))
+        return d
+
+    def _expire(self, subscription):
+        """Remove the rows of C{subscription} older than its retention, a batch per
+        transaction."""
+        retention = self._bound(subscription, "retention", self.retention)
+        cutoff_ms = _ms(self._now() - retention)
 
         def job(cursor):
-            seq = self.schema.cutoff_before(cursor, cutoff_ms, self.prune_batch)
-            return self._remove_upto(cursor, seq)
+            seq = self.schema.cutoff_before(cursor, cutoff_ms, self.prune_batch,
+                                            subscription)
+            return self._remove_upto(cursor, subscription, seq)
 
         def step(result):
             removed, freed = result
-            self._forget(freed)
+            self._forget({subscription: freed})
             self.pruned["age"] += removed
             if removed and not self._closed:
                 return self._writer.submit_alone(job).addCallback(step)
             return None
         return self._writer.submit_alone(job).addCallback(step)
 
-    def _remove_upto(self, cursor, seq):
+    def _remove_upto(self, cursor, subscription, seq):
+        """Delete the rows of C{subscription} numbered up to C{seq}, and their
+        properties: C{(rows, bytes)}."""
         if seq is None:
-            return 0, {}
-        freed = self.schema.bytes_upto(cursor, seq)
+            return 0, 0
         cursor.execute(self.schema.dialect.sql(
-            f"SELECT COUNT(*) FROM {self.schema.msg} WHERE SEQ <= ?"), (seq,))
-        removed = int(cursor.fetchone()[0])
-        cursor.execute(self.schema.delete_messages_upto, (seq,))
-        cursor.execute(self.schema.delete_properties_upto, (seq,))
-        return removed, freed
+            f"SELECT COUNT(*), COALESCE(SUM(STORED_BYTES), 0) FROM {self.schema.msg} "
+            "WHERE SUBSCRIPTION = ? AND SEQ <= ?"), (subscription, seq))
+        removed, freed = cursor.fetchone()
+        cursor.execute(self.schema.delete_subscription_upto, (subscription, seq))
+        cursor.execute(self.schema.delete_orphan_properties_upto, (seq, seq))
+        return int(removed), int(freed)
 
     def _prune_size(self):
-        over = [name for name, size in self.bytes.items() if size > self.max_bytes]
+        over = [name for name, size in self.bytes.items()
+                if size > self._bound(name, "stored_bytes", self.max_bytes)]
         d = defer.succeed(None)
         for name in over:
             d.addCallback(lambda _, name=name: self._trim(name))
         return d
 
     def _trim(self, subscription):
-        if self.bytes.get(subscription, 0) <= self.max_bytes or self._closed:
+        limit = self._bound(subscription, "stored_bytes", self.max_bytes)
+        if self.bytes.get(subscription, 0) <= limit or self._closed:
             return None
         if subscription not in self.trimmed:
             self.trimmed.add(subscription)
             self.log.warn("capture index: subscription {name} holds more than {max} "
-                          "bytes; its oldest messages are removed before their "
-                          "retention time", name=subscription, max=self.max_bytes)
-        excess = self.bytes[subscription] - self.max_bytes
+                          "bytes; it is degraded: its oldest messages are removed "
+                          "before their retention time", name=subscription, max=limit)
+        excess = self.bytes[subscription] - limit
 
         def job(cursor):
             # Enough of the oldest rows to free the excess, a batch at most.
@@ -431,6 +455,22 @@ class CaptureIndex:
         result = pair_requests(requests, replies, captured, now=self._now())
         result["next"] = requests[-1].seq if more else None
         return result
+
+    # -- what CountingSink told (mqgate.core.capture_sinks), for query capture -------
+
+    def figures(self, subscription):
+        """C{dict} of what the index holds and dropped of C{subscription}."""
+        dropped = {reason: count for (name, reason), count in self.drops.items()
+                   if name == subscription}
+        return {"stored_bytes": self.bytes.get(subscription, 0), "dropped": dropped,
+                "degraded": subscription in self.trimmed}
+
+    def forget(self, subscription):
+        """The subscription was removed: its counts go (its rows stay until their
+        retention: what was captured is still worth looking at)."""
+        for key in [k for k in self.drops if k[0] == subscription]:
+            del self.drops[key]
+        self.trimmed.discard(subscription)
 
     # -- status ----------------------------------------------------------------------------
 

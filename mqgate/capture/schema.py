@@ -66,8 +66,6 @@ class CaptureSchema:
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         self.insert_property = q(
             f"INSERT INTO {self.prop} (SEQ, NAME, VALUE) VALUES (?, ?, ?)")
-        self.delete_messages_upto = q(f"DELETE FROM {self.msg} WHERE SEQ <= ?")
-        self.delete_properties_upto = q(f"DELETE FROM {self.prop} WHERE SEQ <= ?")
         self.delete_subscription_upto = q(
             f"DELETE FROM {self.msg} WHERE SUBSCRIPTION = ? AND SEQ <= ?")
         self.delete_orphan_properties_upto = q(
@@ -122,10 +120,3 @@ class CaptureSchema:
             if freed >= excess:
                 break
         return seq, rows, freed
-
-    def bytes_upto(self, cursor, seq):
-        """C{{subscription: bytes}} of the rows numbered up to C{seq}."""
-        cursor.execute(self.dialect.sql(
-            f"SELECT SUBSCRIPTION, SUM(STORED_BYTES) FROM {self.msg} WHERE SEQ <= ? "
-            "GROUP BY SUBSCRIPTION"), (seq,))
-        return {name: int(size) for name, size in cursor.fetchall()}

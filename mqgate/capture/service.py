@@ -53,9 +53,13 @@ class CaptureIndexService(Service):
         return self.index.close()
 
 
-def capture_index_from_settings(settings, reactor):
+def capture_index_from_settings(settings, reactor, bounds_of=lambda name: None):
     """The L{CaptureIndexService} the settings describe, or None when the index is
     off (C{mqgate.capture.index.enabled=false}).
+
+    @param bounds_of: a subscription's L{mqgate.core.capture.CaptureBounds}, or None
+        (then the broker-wide C{mqgate.capture.body_max}, C{retention} and
+        C{stored_max} apply).
 
     @raise mqgate.errors.ConfigError: the PostgreSQL settings are wrong (as the
         store's: L{sql_config_from_settings}).
@@ -81,10 +85,10 @@ def capture_index_from_settings(settings, reactor):
     hub = TailHub()
     index = CaptureIndex(
         connection_pool(config, reactor), CaptureSchema(config.dialect, brokerid),
-        reactor, tail=hub, where=config.where(),
-        max_body=settings["mqgate.capture.index.max_body"],
+        reactor, tail=hub, where=config.where(), bounds_of=bounds_of,
+        max_body=settings["mqgate.capture.body_max"],
         max_pending=settings["mqgate.capture.index.max_pending"],
-        retention=settings["mqgate.capture.index.retention"],
-        max_bytes=settings["mqgate.capture.index.max_bytes"],
+        retention=settings["mqgate.capture.retention"],
+        max_bytes=settings["mqgate.capture.stored_max"],
         prune_interval=settings["mqgate.capture.index.prune_interval"])
     return CaptureIndexService(index, hub)

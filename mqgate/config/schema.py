@@ -453,23 +453,14 @@ KEYS = (
         "CAPPROP_<brokerid>)."),
     Key("mqgate.capture.index.file", Text(), "capture/index.sqlite",
         "sqlite: the capture index's file, relative to VARHOME/instances/NAME."),
-    Key("mqgate.capture.index.retention", Seconds(60, 10 * 365 * 86400), "604800",
-        "Seconds a captured message is kept in the index (default 7 days); older ones "
-        "are removed by a job every mqgate.capture.index.prune_interval seconds."),
-    Key("mqgate.capture.index.max_bytes", Size(1 << 20), "5g",
-        "Bytes the index keeps per capture subscription at most (bodies as stored, "
-        "plus properties); past it the subscription's oldest messages are removed "
-        "before their retention time, and the index status says so."),
-    Key("mqgate.capture.index.max_body", Size(0, 64 << 20), "256k",
-        "Bytes of a captured body kept at most; a longer body is cut there and marked "
-        "as cut, with its full length, never stored whole."),
     Key("mqgate.capture.index.max_pending", Int(1, 10000000), "10000",
         "Captured messages waiting to be written to the index at most; while this "
         "many wait (a slow disk, a database server gone) new ones are dropped and "
         "counted, so capture never makes the broker wait."),
     Key("mqgate.capture.index.prune_interval", Seconds(1, 86400), "60",
         "Seconds between runs of the job that removes captured messages past their "
-        "retention time or their subscription's stored size."),
+        "retention time (mqgate.capture.retention) or their subscription's stored size "
+        "(mqgate.capture.stored_max)."),
     Key("mqgate.capture.tail.max_readers", Int(1, 10000), "16",
         "Live tail streams (/api/capture/tail, `mqgate capture tail`) open at once at "
         "most; one more is refused with 503."),
@@ -1107,8 +1098,9 @@ KEYS = (
         "Seconds captured copies are kept by the capture index before they are "
         "dropped."),
     Key("mqgate.capture.stored_max", Size(1 << 20, 1 << 50), "5g",
-        "Bytes one capture subscription may store; past it the subscription is "
-        "degraded (it stores no more and says so) until old copies are dropped."),
+        "Bytes one capture subscription may store in the capture index; past it the "
+        "subscription is degraded and says so (the index status, its log): its oldest "
+        "copies are removed before their retention time."),
 )
 
 

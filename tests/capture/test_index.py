@@ -241,3 +241,24 @@ def test_the_figures_reach_prometheus(opener):
     assert samples[("mqgate_capture_index_written_messages_total", ())] == 1
     assert samples[("mqgate_capture_index_stored_bytes", (("subscription", "s1"),))] > 0
     assert samples[("mqgate_capture_index_pending_messages", ())] == 0
+
+
+def test_each_subscription_has_its_own_bounds(opener):
+    """S7.4: the body, retention and stored-size bounds are the subscription's
+    (L{CaptureBounds}); a subscription without (removed since) has the defaults."""
+    from mqgate.core.capture import CaptureBounds
+
+    now = [1000.0]
+    tight = CaptureBounds(body_bytes=3, retention=10.0)
+    index, _ = opener.index(now=lambda: now[0],
+                            bounds_of=lambda name: tight if name == "tight" else None)
+    index.ingest(copy(body=b"abcdef", subscription="tight", at=1000.0))
+    index.ingest(copy(body=b"abcdef", subscription="loose", at=1000.0))
+    result(index.drained())
+    assert [m["body_text"] for m in search(index, subscription="tight")["messages"]] \
+        == ["abc"]
+    now[0] = 1050.0
+    result(index.prune())
+    assert search(index, subscription="tight")["messages"] == []
+    assert [m["body_text"] for m in search(index, subscription="loose")["messages"]] \
+        == ["abcdef"]
