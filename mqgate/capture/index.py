@@ -30,7 +30,8 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from mqgate.capture.record import DEFAULT_MAX_BODY, CaptureRecord, record_of
+from mqgate.capture.record import (
+    DEFAULT_MAX_BODY, CaptureRecord, address_forms, record_of)
 from mqgate.capture.schema import CaptureSchema
 from mqgate.capture.trace import pair_requests
 from mqgate.core.taps import ICaptureSink
@@ -93,12 +94,13 @@ class CaptureQuery:
         """C{(sql, params)}: the WHERE clause (with C{?}) and its parameters."""
         terms, params = [], []
         if self.address is not None:
-            terms.append("ADDRESS = ?")
-            params.append(self.address)
+            # "orders" finds what was sent to queue://orders or topic://orders.
+            forms = address_forms(self.address)
+            terms.append(f"ADDRESS IN ({', '.join('?' * len(forms))})")
+            params += forms
         if self.queue is not None:
-            terms.append("((KIND = 'queue' AND ADDRESS = ?) OR ROUTED_TO LIKE ? "
-                         "ESCAPE '!')")
-            params += [self.queue, "%" + _like(json.dumps(self.queue)) + "%"]
+            terms.append("ROUTED_TO LIKE ? ESCAPE '!'")
+            params.append("%" + _like(json.dumps(self.queue)) + "%")
         if self.subscription is not None:
             terms.append("SUBSCRIPTION = ?")
             params.append(self.subscription)
@@ -445,9 +447,8 @@ class CaptureIndex:
                 f"SELECT {self.schema.columns} FROM {self.schema.msg} "
                 f"WHERE CORRELATION_ID IN ({marks}) ORDER BY SEQ"), chunk)
             replies += [_record(row) for row in cursor.fetchall()]
-        addresses = sorted({r.reply_to for r in requests})
         captured = set()
-        for address in addresses:
+        for address in sorted({f for r in requests for f in address_forms(r.reply_to)}):
             cursor.execute(self.schema.dialect.sql(
                 f"SELECT 1 FROM {self.schema.msg} WHERE ADDRESS = ? LIMIT 1"), (address,))
             if cursor.fetchone() is not None:

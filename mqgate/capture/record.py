@@ -13,8 +13,9 @@ import json
 import attr
 
 from mqgate.amqp.message import DATA
+from mqgate.core.addresses import QUEUE, TOPIC, AddressError, canonical, resolve
 
-__all__ = ["CaptureRecord", "record_of", "DEFAULT_MAX_BODY"]
+__all__ = ["CaptureRecord", "record_of", "address_forms", "DEFAULT_MAX_BODY"]
 
 #: Bytes of a body kept at most (S7.4: 256 KiB); the rest is cut and the record says
 #: how long the body was.
@@ -153,3 +154,16 @@ def _scalar(value):
     if isinstance(value, (list, tuple)):
         return [_scalar(v) for v in value]
     return str(value)
+
+
+def address_forms(text):
+    """The addresses C{text} may stand for, as capture writes them (C{queue://a},
+    C{topic://a}): a prefixed address is itself; a bare name (an operator's search, a
+    reply-to as a client wrote it) either kind, and itself."""
+    try:
+        kind, name = resolve(text)
+    except AddressError:
+        return (text,)
+    if canonical(kind, name) != text and name == text:
+        return (text, canonical(QUEUE, name), canonical(TOPIC, name))
+    return (canonical(kind, name),)

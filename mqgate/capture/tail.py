@@ -26,6 +26,8 @@ Nothing here does I/O: the reader writes through the C{write} it was given.
 import json
 from collections import deque
 
+from mqgate.capture.record import address_forms
+
 __all__ = ["TailHub", "TailReader", "DEFAULT_MAX_BACKLOG", "PREVIEW_CHARS"]
 
 #: Lines one paused reader keeps at most (about 4 MiB with full previews): bounds
@@ -50,6 +52,7 @@ class TailReader:
                  max_backlog=DEFAULT_MAX_BACKLOG):
         self._write = write
         self.address = address
+        self._forms = () if address is None else address_forms(address)
         self.subscription = subscription
         self.max_backlog = max_backlog
         self._backlog = deque()
@@ -63,7 +66,7 @@ class TailReader:
             return False
         if self.address is None:
             return True
-        return (summary["address"] == self.address
+        return (summary["address"] in self._forms
                 or self.address in (summary["routed_to"] or ()))
 
     def offer(self, line):

@@ -14,13 +14,16 @@ captured on its reply address: if not, the index cannot know (C{"reply address n
 captured"}), which is not the same as no reply.
 """
 
+from mqgate.capture.record import address_forms
+
 __all__ = ["pair_requests"]
 
 
 def pair_requests(requests, replies, captured_addresses, *, now):
     """Pair C{requests} with C{replies} (L{mqgate.capture.record.CaptureRecord}s).
 
-    @param captured_addresses: reply-to addresses on which anything was captured.
+    @param captured_addresses: addresses (as capture writes them, or as the
+        requests' reply-to say) on which anything was captured.
     @param now: seconds since the epoch, for the age of unanswered requests.
     @return: C{{"pairs": [...], "unanswered": N, "unknown": N, "latency": {...}}};
         each pair has C{request}, C{reply} (or None), C{latency} seconds (or None),
@@ -35,10 +38,13 @@ def pair_requests(requests, replies, captured_addresses, *, now):
     unanswered = unknown = 0
     for request in requests:
         found = []
+        # A client writes reply-to "replies", capture writes queue://replies.
+        forms = address_forms(request.reply_to)
         for key in (request.message_id, request.correlation_id):
             if key is not None:
-                found = [r for r in by_key.get((request.reply_to, key), ())
+                found = [r for form in forms for r in by_key.get((form, key), ())
                          if r.seq != request.seq]
+                found.sort(key=lambda r: (r.captured_at, r.seq or 0))
                 if found:
                     break
         entry = {"request": request.summary(), "reply": None, "latency": None,
@@ -50,7 +56,7 @@ def pair_requests(requests, replies, captured_addresses, *, now):
             entry["duplicates"] = [r.seq for r in found[1:]]
             entry["status"] = "answered"
             latencies.append(entry["latency"])
-        elif request.reply_to in captured_addresses:
+        elif captured_addresses.intersection(forms):
             entry["status"] = "unanswered"
             entry["waiting"] = round(now - request.captured_at, 3)
             unanswered += 1

@@ -262,3 +262,15 @@ def test_each_subscription_has_its_own_bounds(opener):
     assert search(index, subscription="tight")["messages"] == []
     assert [m["body_text"] for m in search(index, subscription="loose")["messages"]] \
         == ["abcdef"]
+
+
+def test_a_bare_name_finds_either_kind_a_prefixed_one_its_own(opener):
+    """Capture writes addresses as queue://NAME or topic://NAME; an operator searching
+    for "orders" finds both, "topic://orders" only the topic's."""
+    index, _ = opener.index()
+    index.ingest(copy("queue://orders", routed_to=("orders",)))
+    index.ingest(copy("topic://orders", kind="topic"))
+    result(index.drained())
+    assert ids(search(index, address="orders")) == [2, 1]
+    assert ids(search(index, address="topic://orders")) == [2]
+    assert ids(search(index, queue="orders")) == [1]

@@ -93,3 +93,13 @@ def test_a_removed_reader_gets_nothing_more():
     hub.remove(reader)
     hub.publish(summary(1))
     assert written == [] and hub.readers == 0
+
+
+def test_a_bare_address_matches_what_capture_writes():
+    written = []
+    hub = TailHub()
+    hub.add(TailReader(written.append, address="orders"))
+    hub.publish(summary(1, address="queue://orders", routed_to=["orders"]))
+    hub.publish(summary(2, address="topic://orders"))
+    hub.publish(summary(3, address="queue://other"))
+    assert [l["id"] for l in lines(written)] == [1, 2]

@@ -37,3 +37,14 @@ def test_a_reply_may_carry_the_requests_own_correlation_id(opener):
     result(index.drained())
     (pair,) = result(index.trace(CaptureQuery()))["pairs"]
     assert pair["status"] == "answered" and pair["latency"] == 2.0
+
+
+def test_a_reply_to_as_the_client_wrote_it_meets_the_captured_address(opener):
+    """The request says reply-to "replies"; capture writes the reply's address as
+    queue://replies: they are the same place."""
+    index, _ = opener.index()
+    index.ingest(copy("queue://svc", message_id="r1", reply_to="replies", at=1000.0))
+    index.ingest(copy("queue://replies", correlation_id="r1", at=1000.1))
+    result(index.drained())
+    (pair,) = result(index.trace(CaptureQuery(address="svc")))["pairs"]
+    assert pair["status"] == "answered"
