@@ -487,9 +487,9 @@ class CaptureIndex:
             "pending": self._unwritten,
             "max_pending": self.max_pending,
             "stored_bytes": dict(sorted(self.bytes.items())),
-            "max_bytes_per_subscription": self.max_bytes,
-            "retention_seconds": self.retention,
-            "max_body_bytes": self.max_body,
+            # A subscription's own bounds win; these apply to one without (removed).
+            "defaults": {"stored_bytes": self.max_bytes, "retention": self.retention,
+                         "body_bytes": self.max_body},
             "dropped": drops,
             "pruned": dict(self.pruned),
             "trimmed": sorted(self.trimmed),

@@ -104,6 +104,8 @@ def test_the_index_is_open_under_the_instance_directory(broker):
     index = broker.varhome / "instances" / "mqgate" / "capture" / "index.sqlite"
     assert str(index) in status["database"] and index.exists()
     assert status["dropped"] == {}
+    assert sorted(s["name"] for s in status["subscriptions"]) == sorted(
+        f"cap-{a}" for a in CAPTURED)
 
 
 def send(broker, address, messages):
