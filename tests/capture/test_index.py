@@ -283,3 +283,20 @@ def test_a_bare_name_finds_either_kind_a_prefixed_one_its_own(opener):
     assert ids(search(index, address="orders")) == [2, 1]
     assert ids(search(index, address="topic://orders")) == [2]
     assert ids(search(index, queue="orders")) == [1]
+
+
+def test_figures_per_subscription_for_query_capture(opener):
+    """The figures `query capture` shows of the sink: copies kept, bodies cut, bytes,
+    drops; forgotten with the subscription (its rows stay until their retention)."""
+    index, _ = opener.index(max_body=2)
+    index.ingest(copy(body=b"abc", subscription="s1"))
+    index.ingest(copy(body=b"a", subscription="s1"))
+    index.dropped("s1", "rate", 2)
+    result(index.drained())
+    figures = index.figures("s1")
+    assert (figures["copies"], figures["truncated"], figures["dropped"],
+            figures["degraded"]) == (2, 1, {"rate": 2}, False)
+    assert figures["stored_bytes"] > 0
+    index.forget("s1")
+    assert index.figures("s1")["copies"] == 0
+    assert len(search(index, subscription="s1")["messages"]) == 2
