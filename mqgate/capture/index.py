@@ -32,7 +32,6 @@ from zope.interface import implementer
 
 from mqgate.capture.record import (
     DEFAULT_MAX_BODY, CaptureRecord, address_forms, record_of)
-from mqgate.capture.schema import CaptureSchema
 from mqgate.capture.trace import pair_requests
 from mqgate.core.taps import ICaptureSink
 from mqgate.store.sql import BatchWriter

@@ -27,11 +27,11 @@ import datetime
 import json
 
 from twisted.internet import task
+from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.web import server
 from twisted.web.resource import Resource
 from zope.interface import implementer
-from twisted.internet.interfaces import IPushProducer
 
 from mqgate.capture.index import DEFAULT_LIMIT, CaptureQuery, QueryError
 from mqgate.capture.tail import DEFAULT_MAX_BACKLOG, TailReader
