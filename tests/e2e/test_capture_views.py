@@ -237,7 +237,7 @@ def test_the_readme_examples_run_as_written(broker, passfile):
     import shutil
 
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Message capture", 1)[1].split("\n### ", 1)[0]
+    section = text.split("### The capture index and its views", 1)[1].split("\n### ", 1)[0]
     lines = [l for l in section.splitlines() if l.startswith(("curl ", ".venv/"))]
     assert len(lines) == 5
     port = str(broker.port("httpadmin"))
