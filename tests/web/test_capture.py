@@ -112,7 +112,7 @@ def test_verify_on_broker_finds_a_waiting_original_and_says_why_not(views):
     core.create_queue("orders")
     waiting = BrokerMessage(b"x", message_id="m-1")
     core.open_producer("orders").send(waiting)
-    index.ingest(copy("orders", original_id=str(waiting.seq)))
+    index.ingest(copy("orders", original_id="m-1"))
     index.ingest(copy("orders", original_id="999"))
     index.ingest(copy("orders"))
     index.ingest(copy("prices", kind="topic", original_id="5"))
