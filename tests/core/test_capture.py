@@ -270,3 +270,25 @@ def test_producer_to_a_flooded_capture_never_blocks():
     for _ in range(200):
         producer.send(BrokerMessage(b"x"))
         assert not producer.blocked
+
+
+def test_use_sink_moves_every_subscription():
+    """The index taking over (use_sink) gets the copies of subscriptions made before,
+    those restored at start among them."""
+    broker, clock, captures, first = setup()
+    captures.install("s", "queue://q", requester=ADMIN)
+    second = RecordingSink()
+    captures.use_sink(second)
+    send(broker, "queue://q", b"x")
+    clock.advance(DRAIN_INTERVAL)
+    assert first.copies == [] and len(second.copies) == 1
+
+
+def test_anonymous_producer_is_captured():
+    """A message sent through an anonymous producer (routed by its to) is copied."""
+    broker, clock, captures, sink = setup()
+    captures.install("s", "queue://q", requester=ADMIN)
+    producer = broker.open_producer(None)
+    producer.send(BrokerMessage(b"anon", to="queue://q"))
+    clock.advance(DRAIN_INTERVAL)
+    assert [c.message.payload for c in sink.copies] == [b"anon"]
