@@ -6,6 +6,7 @@ from zope.interface.verify import verifyObject
 
 from mqgate.core import BrokerMessage
 from mqgate.core.broker import Requester, Unauthorized
+from mqgate.core.browse import open_browser
 from mqgate.core.capture import (
     CAPTURE_MATCH, DRAIN_INTERVAL, CaptureBounds, CaptureConfig, CaptureForbidden,
     CaptureRefused, Captures)
@@ -292,3 +293,13 @@ def test_anonymous_producer_is_captured():
     producer.send(BrokerMessage(b"anon", to="queue://q"))
     clock.advance(DRAIN_INTERVAL)
     assert [c.message.payload for c in sink.copies] == [b"anon"]
+
+
+def test_browsing_the_capture_queue_needs_the_capture_role():
+    """S7.2: a queue browser reads the copies too: refused outside the capture role."""
+    broker, _, captures, _ = setup()
+    sub = captures.install("s", "queue://q", requester=ADMIN)
+    with pytest.raises(Unauthorized, match="security setting on mqgate.capture.#"):
+        open_browser(broker, f"queue://{sub.queue_name}", object(), requester=BOB)
+    assert open_browser(broker, f"queue://{sub.queue_name}", object(),
+                        requester=Requester("studio", groups=("amq",))) is not None
