@@ -39,6 +39,8 @@ def test_every_copy_is_one_row_found_by_address_and_queue(any_opener):
     assert [m["body_text"] for m in search(index)["messages"]] == ["d", "c", "b", "a"]
     topic = search(index, address="prices")["messages"][0]
     assert topic["kind"] == "topic" and topic["routed_to"] is None
+    assert "cannot tell which subscriptions" in topic["note"]          # S7.7
+    assert "note" not in page["messages"][0]
 
 
 def test_search_by_time_property_and_correlation_id(any_opener):
