@@ -22,6 +22,7 @@ from mqgate.admin.commands import admin_commands
 from mqgate.admin.requests import AdminContext, AdminRequests
 from mqgate.amqp.message import EncodedMessage, dead_copy, parse_message
 from mqgate.amqp.types import Symbol, Timestamp
+from mqgate.capture.service import capture_index_from_settings
 from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.dead import TIME as DEAD_TIME
@@ -75,6 +76,7 @@ from mqgate.core.runtime import snapshot as snapshot_runtime
 from mqgate.store.factory import open_store
 from mqgate.store.runtime_catalog import RuntimeCatalog
 from mqgate.web.admin import AdminApi, broker_health
+from mqgate.web.capture import CaptureResource
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
@@ -98,6 +100,9 @@ class BrokerService(service.MultiService):
     """
 
     store_service = None
+    #: the L{mqgate.capture.service.CaptureIndexService} (S7.5), or None when the
+    #: capture index is off; capture subscriptions feed its C{index}.
+    capture_index = None
     #: the L{mqgate.net.control.BrokerControl} of the admin commands (S11.1), or None.
     control = None
     #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
@@ -479,7 +484,12 @@ def build_broker(settings, reactor):
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     broker.set_annotate(_dead_annotations)
-    _capture(settings, broker, reactor)
+    captures = _capture(settings, broker, reactor)
+    # S7.5: the capture index takes every capture subscription's copies (those the
+    # runtime catalog made again too); None when it is off.
+    capture = capture_index_from_settings(settings, reactor, captures.bounds_of)
+    if capture is not None:
+        captures.use_sink(capture.index)
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
@@ -530,6 +540,11 @@ def build_broker(settings, reactor):
                                      store=store_service.store,
                                      connections=connections)
     context.metrics_exposition = exposition_of(context)
+    # Opened before the services that show it, closed after them.
+    top.capture_index = capture
+    if capture is not None:
+        capture.setServiceParent(top)
+        context.capture_index = capture.index
     # S5.3: the metrics topics read the same snapshots; started before the services.
     _metrics_topics(settings, context, reactor, portmapper).setServiceParent(top)
     admin_requests = AdminRequests(context, admin_commands(reloadables.names()),
@@ -631,8 +646,15 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
     _kind, transport = SERVICES[name]
     host, port = settings.service_address(name)
     tls = _tls_context(settings, name) if transport == HTTPS else None
+    capture = None
+    if top.capture_index is not None:
+        capture = CaptureResource(
+            top.capture_index.index, top.capture_index.hub, reactor, broker=top.broker,
+            heartbeat=settings["mqgate.capture.tail.heartbeat"],
+            max_readers=settings["mqgate.capture.tail.max_readers"],
+            max_backlog=settings["mqgate.capture.tail.backlog"])
     api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
-                   audit=audit, health=broker_health(top))
+                   audit=audit, health=broker_health(top), capture=capture)
     return web_service(
         name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
         api.resource(), transport=transport, kind="ADMIN", registry=registry,

@@ -185,6 +185,9 @@ def _broker_wide(context):
     if store is not None:
         yield from _store(store)
     yield from _capture(context)
+    index = getattr(context, "capture_index", None)
+    if index is not None:
+        yield from _capture_index(index.status())
     yield from _process()
 
 
@@ -202,8 +205,9 @@ def _capture(context):
         "mqgate_capture_ingested", "Copies handed on to the capture index.",
         labels=labels)
     dropped = CounterMetricFamily(
-        "mqgate_capture_dropped", "Copies dropped before the index saw them, by reason:"
-        " rate (beyond the subscription's ingest rate), ring (its ring queue was full).",
+        "mqgate_capture_dropped", "Copies dropped before the index kept them, by reason:"
+        " rate (beyond the subscription's ingest rate), ring (its ring queue was full),"
+        " backlog and write-failed (the capture index could not keep up).",
         labels=[*labels, "reason"])
     depth = GaugeMetricFamily(
         "mqgate_capture_ring_messages", "Copies waiting in the capture's ring queue.",
@@ -216,6 +220,14 @@ def _capture(context):
         dropped.add_metric([*key, "rate"], figures["dropped_rate"])
         dropped.add_metric([*key, "ring"], figures["dropped_ring"])
         depth.add_metric(key, figures["depth"])
+    index = getattr(context, "capture_index", None)
+    if index is not None:
+        # The index's own drops; rate and ring it only heard of, counted above.
+        node = captures.config.node
+        for subscription, reasons in index.status()["dropped"].items():
+            for reason, count in reasons.items():
+                if reason not in ("rate", "ring"):
+                    dropped.add_metric([subscription, node, reason], count)
     yield from (copied, ingested, dropped, depth)
 
 
@@ -259,6 +271,35 @@ def _store(store):
         "COMMITs of the SQL store (count and total seconds).",
         count_value=store["fsyncs"], sum_value=store["fsync_seconds"])
     yield fsync
+
+
+def _capture_index(status):
+    """The capture index's figures (S7.5): what it wrote, what waits, what it holds,
+    what retention removed (its drops are in L{_capture}'s family)."""
+    written = CounterMetricFamily("mqgate_capture_index_written_messages",
+                                  "Captured messages written to the capture index.")
+    written.add_metric([], status["written"])
+    yield written
+    pending = GaugeMetricFamily(
+        "mqgate_capture_index_pending_messages",
+        "Captured messages waiting to be written to the capture index.")
+    pending.add_metric([], status["pending"])
+    yield pending
+    stored = GaugeMetricFamily(
+        "mqgate_capture_index_stored_bytes",
+        "Bytes the capture index holds, by capture subscription.",
+        labels=["subscription"])
+    for subscription, size in status["stored_bytes"].items():
+        stored.add_metric([subscription], size)
+    yield stored
+    pruned = CounterMetricFamily(
+        "mqgate_capture_index_removed_messages",
+        "Captured messages removed from the index by retention: age (older than "
+        "the retention) or size (the subscription held more than its stored size).",
+        labels=["reason"])
+    for reason, count in status["pruned"].items():
+        pruned.add_metric([reason], count)
+    yield pruned
 
 
 def _process():

@@ -31,6 +31,8 @@ or C{{"error": "why", "status": N}}.
     GET    /api/client-profiles                    show client-profile *
     GET    /api/client-profiles/NAME               show client-profile NAME
     POST   /api/reload[/NAME]                      reload all | reload NAME
+    GET    /api/capture/...                        the capture views (S7.6), served by
+                                                   L{mqgate.web.capture} once logged in
     GET    /metrics                                Prometheus text (when the broker
                                                    has an exposition)
     GET    /healthz                                200 running, 503 not (no login)
@@ -139,6 +141,8 @@ class AdminApi:
         None (then only the admin group may use the API).
     @param service: the service's name (C{httpadmin}), for the login rules and audit.
     @param health: C{() -> (ok, why)} for C{/healthz}.
+    @param capture: the resource of the capture views (L{mqgate.web.capture}), or
+        None when the broker keeps no capture index.
     """
 
     app = Klein()
@@ -148,8 +152,9 @@ class AdminApi:
     log = Logger()
 
     def __init__(self, requests, authenticator, *, access=None, service="httpadmin",
-                 audit=NO_AUDIT, health=lambda: (True, None)):
+                 audit=NO_AUDIT, health=lambda: (True, None), capture=None):
         self._requests = requests
+        self._capture = capture
         self._authenticator = authenticator
         self._access = access
         self._service = service
@@ -284,6 +289,28 @@ class AdminApi:
             (name,) = _names(request, 1)
             return self._run(call, "reload", name)
         return self._admin(request, run)
+
+    @app.route("/api/capture/<rest:_rest>", methods=["GET", "POST", "PUT", "DELETE"])
+    def capture_views(self, request, _rest):
+        # Logged in here, answered there: reading captured messages reads production
+        # data, so it is audited like a command.
+        call = _Call(request, _peer(request))
+        d = self._login(call)
+        d.addCallback(lambda _: self._capture_view(call))
+        d.addErrback(self._failed, request)
+        return d
+
+    def _capture_view(self, call):
+        if self._capture is None:
+            raise HttpError(NOT_FOUND, "this broker keeps no capture index "
+                                       "(mqgate.capture.index.enabled=false)")
+        user = call.principal.name
+        command = _describe(call.request)
+        self.log.info("capture view {request} over HTTP from {user}",
+                      request=command, user=user)
+        self._audit.record("admin", "ok", user=user, address=call.peer,
+                           service=self._service, command=command, status=OK)
+        return self._capture
 
     @app.route("/metrics", methods=["GET"])
     def metrics(self, request):
