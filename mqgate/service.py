@@ -575,11 +575,17 @@ def build_broker(settings, reactor):
         context.metrics.services[name] = services[-1]
     control.services = [portmapper, *services, *web_services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
-    LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
+    load_watch = LoadFactorService.from_settings(settings, egress, reactor)
+    load_watch.setServiceParent(top)
+    context.metrics.load_factor = load_watch.load_factor   # the console's overview
     memory_watch.setServiceParent(top)
     MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
                       settings["mqgate.metrics.enabled"]).setServiceParent(top)
     return top
+
+
+#: How long after a recorded HTTP admin login the same one goes unrecorded (seconds).
+HTTP_LOGIN_QUIET_SECONDS = 300.0
 
 
 def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests,
@@ -589,8 +595,11 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
     _kind, transport = SERVICES[name]
     host, port = settings.service_address(name)
     tls = _tls_context(settings, name) if transport == HTTPS else None
+    # Every HTTP request logs in: the trail records a user's first login from an
+    # address, not one per request of a console polling the API.
+    authenticator = authenticator.quiet_repeats(reactor, HTTP_LOGIN_QUIET_SECONDS)
     api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
-                   audit=audit, health=broker_health(top))
+                   audit=audit, health=broker_health(top), clock=reactor)
     return web_service(
         name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
         api.resource(), transport=transport, kind="ADMIN", registry=registry,
