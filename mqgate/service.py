@@ -22,6 +22,7 @@ from mqgate.admin.commands import admin_commands
 from mqgate.admin.requests import AdminContext, AdminRequests
 from mqgate.amqp.message import EncodedMessage, dead_copy, parse_message
 from mqgate.amqp.types import Symbol, Timestamp
+from mqgate.capture.service import capture_index_from_settings
 from mqgate.config.schema import RETIRED_ANONYMOUS_KEY, SERVICES
 from mqgate.core.broker import Broker, CoreConfig
 from mqgate.core.dead import TIME as DEAD_TIME
@@ -68,8 +69,14 @@ from mqgate.security.ldap import (
 from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
+from mqgate.core.capture import CaptureBounds, CaptureConfig, Captures
+from mqgate.core.capture_sinks import CountingSink
+from mqgate.core.runtime import restore as restore_runtime
+from mqgate.core.runtime import snapshot as snapshot_runtime
 from mqgate.store.factory import open_store
+from mqgate.store.runtime_catalog import RuntimeCatalog
 from mqgate.web.admin import AdminApi, broker_health
+from mqgate.web.capture import CaptureResource
 from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
@@ -93,6 +100,9 @@ class BrokerService(service.MultiService):
     """
 
     store_service = None
+    #: the L{mqgate.capture.service.CaptureIndexService} (S7.5), or None when the
+    #: capture index is off; capture subscriptions feed its C{index}.
+    capture_index = None
     #: the L{mqgate.net.control.BrokerControl} of the admin commands (S11.1), or None.
     control = None
     #: the audit trail (S4.8): L{NO_AUDIT} when mqgate.audit.enabled is false.
@@ -473,6 +483,7 @@ def build_broker(settings, reactor):
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     broker.set_annotate(_dead_annotations)
+    _capture(settings, broker, reactor)
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
@@ -523,6 +534,14 @@ def build_broker(settings, reactor):
                                      store=store_service.store,
                                      connections=connections)
     context.metrics_exposition = exposition_of(context)
+    # S7.5: the capture index, fed by capture subscriptions (its index is their
+    # ICaptureSink); opened before the services that show it, closed after them.
+    capture = top.capture_index = capture_index_from_settings(
+        settings, reactor, broker.captures.bounds_of)
+    if capture is not None:
+        capture.setServiceParent(top)
+        context.capture_index = capture.index
+        broker.captures.sink = capture.index
     # S5.3: the metrics topics read the same snapshots; started before the services.
     _metrics_topics(settings, context, reactor, portmapper).setServiceParent(top)
     admin_requests = AdminRequests(context, admin_commands(reloadables.names()),
@@ -584,6 +603,39 @@ def build_broker(settings, reactor):
     return top
 
 
+def _capture(settings, broker, reactor):
+    """Capture subscriptions (S7.2) and the runtime catalog (S7.1): what was made at
+    run time is made again, then every change is written."""
+    config = CaptureConfig(
+        node=settings.instance, broker_role=settings["mqgate.capture.broker-role"],
+        writers=tuple(settings["mqgate.capture.writers"]),
+        bounds=CaptureBounds(
+            ring_size=settings["mqgate.capture.ring_size"],
+            expiry_delay=float(settings["mqgate.capture.expiry_delay"]),
+            rate=float(settings["mqgate.capture.rate"]),
+            body_bytes=settings["mqgate.capture.body_max"],
+            retention=float(settings["mqgate.capture.retention"]),
+            stored_bytes=settings["mqgate.capture.stored_max"]))
+    captures = broker.captures = Captures(broker, reactor, config, None)
+    captures.sink = CountingSink(lambda name: captures.bounds_of(name))
+    catalog = RuntimeCatalog(os.path.join(settings.instance_dir, "runtime",
+                                          "catalog.json"))
+    document = catalog.load()
+    if document is not None:
+        for warning in restore_runtime(broker, document):
+            log.warn("runtime catalog {path}: {warning}", path=catalog.path,
+                     warning=warning)
+        log.info("made again what was made at run time: {diverts} diverts, {captures}"
+                 " capture subscriptions", diverts=len(broker.diverts.table),
+                 captures=len(list(captures)))
+
+    def changed():
+        catalog.save(snapshot_runtime(broker))
+
+    broker.on_runtime_change = captures.on_change = changed
+    return captures
+
+
 #: How long after a recorded HTTP admin login the same one goes unrecorded (seconds).
 HTTP_LOGIN_QUIET_SECONDS = 300.0
 
@@ -595,11 +647,18 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
     _kind, transport = SERVICES[name]
     host, port = settings.service_address(name)
     tls = _tls_context(settings, name) if transport == HTTPS else None
+    capture = None
+    if top.capture_index is not None:
+        capture = CaptureResource(
+            top.capture_index.index, top.capture_index.hub, reactor, broker=top.broker,
+            heartbeat=settings["mqgate.capture.tail.heartbeat"],
+            max_readers=settings["mqgate.capture.tail.max_readers"],
+            max_backlog=settings["mqgate.capture.tail.backlog"])
     # Every HTTP request logs in: the trail records a user's first login from an
     # address, not one per request of a console polling the API.
     authenticator = authenticator.quiet_repeats(reactor, HTTP_LOGIN_QUIET_SECONDS)
     api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
-                   audit=audit, health=broker_health(top), clock=reactor)
+                   audit=audit, health=broker_health(top), capture=capture, clock=reactor)
     return web_service(
         name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
         api.resource(), transport=transport, kind="ADMIN", registry=registry,

@@ -8,6 +8,7 @@ The ``mqgate`` command: tools an operator runs beside the broker.
     mqgate init-config write the shipped configuration, commented, for an operator to edit
     mqgate send        send messages to a queue or topic (the client library, S6.1)
     mqgate receive     receive and print messages from a queue or topic
+    mqgate capture     watch (tail) and search captured messages (S7.6)
 
 Each tool reads the same configuration as the broker (``--config``, ``--varhome``,
 ``--instance``, ``-D key=value``), so it finds the same instance directory.
@@ -20,6 +21,7 @@ import sys
 from mqgate.admin.cmd import add_parser as add_cmd_parser
 from mqgate.admin.dbmgr import register as add_dbmgr_parser
 from mqgate.admin.usermgr import register as add_usermgr_parser
+from mqgate.capture.client import register as add_capture_parser
 from mqgate.client.cli import register as add_client_parsers
 from mqgate.config import read_settings, shipped_properties, shipped_settings
 from mqgate.errors import ConfigError
@@ -139,6 +141,7 @@ def main(argv=None):
     add_dbmgr_parser(commands, _common, _settings)
     add_usermgr_parser(commands, _common, _settings)
     add_client_parsers(commands)
+    add_capture_parser(commands, _common, _settings)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

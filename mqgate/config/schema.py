@@ -441,6 +441,35 @@ KEYS = (
     Key("mqgate.adminapi.max_connections", Int(1, 100000), "64",
         "HTTP admin API connections open at once at most, per service; one more is "
         "closed as soon as it is accepted."),
+    # -- the capture index and its views (S7.4-S7.6; docs/capture-index.md) --
+    Key("mqgate.capture.index.enabled", Bool(), "true",
+        "Keep the messages capture subscriptions copy in the capture index and serve "
+        "the capture views (/api/capture/ on the HTTP admin API, `mqgate capture`); "
+        "false: no index is opened and captured copies are dropped."),
+    Key("mqgate.capture.index.dbVendor", Choice(("sqlite", "postgresql")), "sqlite",
+        "Database of the capture index: sqlite (a file, mqgate.capture.index.file) or "
+        "postgresql (the database, user and password of the SQL message store, "
+        "mqgate.persist.jdbc.*, in tables of its own named CAPMSG_<brokerid> and "
+        "CAPPROP_<brokerid>)."),
+    Key("mqgate.capture.index.file", Text(), "capture/index.sqlite",
+        "sqlite: the capture index's file, relative to VARHOME/instances/NAME."),
+    Key("mqgate.capture.index.max_pending", Int(1, 10000000), "10000",
+        "Captured messages waiting to be written to the index at most; while this "
+        "many wait (a slow disk, a database server gone) new ones are dropped and "
+        "counted, so capture never makes the broker wait."),
+    Key("mqgate.capture.index.prune_interval", Seconds(1, 86400), "60",
+        "Seconds between runs of the job that removes captured messages past their "
+        "retention time (mqgate.capture.retention) or their subscription's stored size "
+        "(mqgate.capture.stored_max)."),
+    Key("mqgate.capture.tail.max_readers", Int(1, 10000), "16",
+        "Live tail streams (/api/capture/tail, `mqgate capture tail`) open at once at "
+        "most; one more is refused with 503."),
+    Key("mqgate.capture.tail.backlog", Int(1, 1000000), "1000",
+        "Captured messages kept at most for one tail reader that reads too slowly; "
+        "past it the reader misses messages and is told how many."),
+    Key("mqgate.capture.tail.heartbeat", Seconds(1, 3600), "15",
+        "Seconds between heartbeat lines of a quiet live tail, so that the reader and "
+        "proxies on the way know the stream is alive."),
     # -- the HTTP gateway services httpjms and httpsjms (S1.1, S10.3; mqgate.web.gateway):
     # AMQP and STOMP carried by WebSocket and by the HTTP tunnel --
     *(row for service, protocol in (("httpjms", "http"), ("httpsjms", "https"))
@@ -1043,6 +1072,35 @@ KEYS = (
         "Audit records that may wait for the disk at once; past it a record is dropped "
         "and counted, and the count is logged (a disk that cannot keep up never makes "
         "the broker grow)."),
+    # -- message capture (S7.2-S7.4, S7.9) --
+    Key("mqgate.capture.broker-role", Text(re.compile(r"[^\s,]+"), "a group name"), "amq",
+        "The group whose members may consume the capture queues "
+        "(mqgate.capture.NODE.ADDRESS.SUBSCRIPTION). Installing a capture sets a "
+        "security setting on mqgate.capture.# that lets only this group consume, so "
+        "that copies of production traffic are not readable by every client."),
+    Key("mqgate.capture.writers", TextList(), "admin",
+        "The groups whose members may install and remove capture subscriptions "
+        "(capture:write), through `mqgate cmd create|destroy capture` or "
+        "/api/captures. Other admin rights do not give it."),
+    Key("mqgate.capture.ring_size", Int(1, 10000000), "10000",
+        "Copies a capture subscription's ring queue holds before its oldest copy is "
+        "dropped (and counted) for each new one; the ring never grows."),
+    Key("mqgate.capture.expiry_delay", Seconds(1, 31536000), "86400",
+        "Seconds a copy without an expiry of its own may wait in a capture's ring "
+        "queue before it expires."),
+    Key("mqgate.capture.rate", Int(1, 1000000), "500",
+        "Copies a second one capture subscription may take; beyond it no copy is made "
+        "and the drop is counted (production traffic is never slowed)."),
+    Key("mqgate.capture.body_max", Size(1, 1 << 30), "256k",
+        "The longest body a capture keeps; a longer body is truncated and marked as "
+        "such, never stored whole."),
+    Key("mqgate.capture.retention", Seconds(3600, 31536000), "604800",
+        "Seconds captured copies are kept by the capture index before they are "
+        "dropped."),
+    Key("mqgate.capture.stored_max", Size(1 << 20, 1 << 50), "5g",
+        "Bytes one capture subscription may store in the capture index; past it the "
+        "subscription is degraded and says so (the index status, its log): its oldest "
+        "copies are removed before their retention time."),
 )
 
 

@@ -22,6 +22,7 @@ from mqgate.core.dead import DMQ_NAME, DeadLetters, dmq_limits
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, canonical,
     check_name, is_pattern, resolve)
+from mqgate.core.diverts import Divert, DivertRouter
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
 from mqgate.core.destinations import Pause, Queue, SubscriptionIndex, Topic
@@ -31,6 +32,8 @@ from mqgate.core.limits import (
 from mqgate.core.message import BrokerMessage
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.core.persistence import stored_on
+from mqgate.core.ring import ring_limits
+from mqgate.core.settings import RuntimeSettings
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.core.transactions import TransactionLimits
 from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
@@ -184,6 +187,7 @@ class Requester:
         identity: the owner of the temporary destinations it makes.
     @ivar address: the client's address, and C{service} the connection service, for
         the audit trail only.
+    @ivar groups: the user's groups (the roles a security setting names, S7.2).
     """
 
     user: object = None
@@ -191,6 +195,7 @@ class Requester:
     connection: object = None
     address: object = None
     service: object = None
+    groups: tuple = ()
 
     @classmethod
     def of(cls, principal, connection, address=None, service=None):
@@ -199,7 +204,7 @@ class Requester:
         if principal is None:
             return cls(None, False, connection, address, service)
         return cls(principal.name, ADMIN_GROUP in principal.groups, connection, address,
-                   service)
+                   service, tuple(principal.groups))
 
 
 class Producer:
@@ -221,13 +226,16 @@ class Producer:
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
                  "_callbacks", "_system", "_held", "_releasing", "_backlog",
-                 "on_revoked", "_defaults")
+                 "on_revoked", "_defaults", "_diverter")
 
     log = Logger(namespace="mqgate.core")
 
     def __init__(self, address, destination, route, next_seq, system, backlog=None,
-                 defaults=Limits()):
+                 defaults=Limits(), diverter=None):
         self.address = address
+        # S7.1: the broker, which moves and copies what diverts take; None for the
+        # broker's own producer of divert copies (a copy is never diverted again).
+        self._diverter = diverter
         # The limits of a topic that was given none (S2.3 maxBytesPerMsg).
         self._defaults = defaults
         self.closed = False
@@ -279,6 +287,8 @@ class Producer:
         destination = self.admit(message)
         if message.seq is None:
             message.seq = self._next_seq()
+        if destination.diverts is not None and self._diverter is not None:
+            self._diverter.copy(destination, message)
         if destination.holding is not None:
             return self._send_paused(destination, message)
         if message.durable:
@@ -307,6 +317,8 @@ class Producer:
             destination = self._route(message.to)
         elif destination.deleted:
             raise NotFound(f"destination {self.address} was deleted")
+        if destination.diverts is not None and self._diverter is not None:
+            destination = self._diverter.move(destination, message)
         limits = destination.limits or self._defaults
         if message.size > limits.max_message_bytes:
             limits.check_message(message.size, canonical_of(destination))
@@ -317,7 +329,10 @@ class Producer:
     def enqueue_committed(self, destination, targets, message):
         """Enqueue a message of a committed transaction (admitted by L{admit}, stored
         by the transaction if persistent) on C{destination}, or for a topic on the
-        subscriptions C{targets} it was routed to at the commit."""
+        subscriptions C{targets} it was routed to at the commit; its diverts copy it
+        now (S7.1: a rolled-back message is never copied)."""
+        if destination.diverts is not None and self._diverter is not None:
+            self._diverter.copy(destination, message)
         self._enqueue(destination, targets, message)
 
     def _send_persistent(self, destination, message):
@@ -597,6 +612,11 @@ class Broker:
     transaction_limits = TransactionLimits()
     reserved = None
     on_subscribe = None
+    #: Called with no argument when a divert or a run-time setting is made or removed
+    #: (S7.1: the runtime catalog keeps them across restarts); C{None}: nobody keeps.
+    on_runtime_change = None
+    #: The L{mqgate.core.capture.Captures} of this broker, or C{None}.
+    captures = None
     #: The L{mqgate.core.memory.MemoryStates} the glues ask before they grant producer
     #: credit or accept a message (S2.6), or C{None}: memory states are not watched.
     memory = None
@@ -626,6 +646,10 @@ class Broker:
             limits=dmq_limits(config.dmq_max_num_msgs, config.dmq_max_total_msg_bytes))
         if persistence is not None:
             dmq.store = persistence.queue_store(QUEUE, DMQ_NAME)
+        # S7.1: address and security settings made at run time.
+        self.settings = RuntimeSettings()
+        # S7.1: diverts; their copies go through producers of the broker's own.
+        self.diverts = DivertRouter(self._existing, self._destination, self._copier)
         self.dead_letters = dmq.dead_letters = DeadLetters(
             dmq, clock, self.next_seq, persistence=persistence,
             truncate_body=config.dmq_truncate_body, log_dead=config.log_dead_messages)
@@ -661,7 +685,7 @@ class Broker:
         """
         if address is None:
             return Producer(None, None, self._route, self._next_seq, self._system,
-                            backlog, self._limits)
+                            backlog, self._limits, self.diverts)
         kind, name = self._resolve(address, capabilities)
         if self.reserved is not None:
             self.reserved(kind, name, "produce")
@@ -673,7 +697,7 @@ class Broker:
                 f" maxNumProducers={limit} allows; try again once one has gone (an"
                 f" administrator can raise it: update dst -o maxNumProducers=N)")
         return Producer(canonical(kind, name), destination, None, self._next_seq,
-                        self._system, backlog, self._limits)
+                        self._system, backlog, self._limits, self.diverts)
 
     def open_consumer(self, address, target, *, capabilities=(), presettled=False,
                       durable_name=None, container_id=None, dynamic=False, selector=None,
@@ -725,6 +749,8 @@ class Broker:
             if self.reserved is not None:
                 self.reserved(kind, name, "consume")
         if kind == QUEUE:
+            if temporary is None:
+                self._check_security(requester, name, "consume")
             queue = temporary or self._private(self._destination(QUEUE, name), requester)
         else:
             if temporary is None and not is_pattern(name):
@@ -765,6 +791,82 @@ class Broker:
             return self.dmq
         queue = self._queues.get(name)
         return queue if queue is not None else self._create(QUEUE, name)
+
+    def create_ring_queue(self, name, size, *, stored=True):
+        """Create the ring queue C{name} of C{size} messages (S7.1, L{mqgate.core.ring}),
+        or make the existing queue C{name} one. C{stored=False}: its messages are
+        never stored and it is not kept as a destination (a capture's ring: what
+        survives a restart is the capture, which makes it again).
+
+        @raise ValueError: C{size} is not a positive whole number.
+        """
+        limits = ring_limits(size)
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._create(QUEUE, name, stored=stored)
+        queue.set_limits(limits)
+        if stored:
+            self._store_attributes(QUEUE, queue)
+        return queue
+
+    def create_divert(self, name, address, target, *, exclusive=False, selector=None,
+                      owner=None):
+        """Put a divert called C{name} on C{address} that moves (C{exclusive}) or
+        copies the messages C{selector} accepts (all when C{None}) to C{target}
+        (S7.1, L{mqgate.core.diverts}). Neither address need exist yet.
+
+        @raise NotAllowed: a divert called C{name} exists, or the target is the
+            address itself.
+        @raise AddressError: an address names nothing, or C{name} is empty.
+        @raise SelectorError: the selector does not compile.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise AddressError("a divert needs a name")
+        source = canonical(*self._resolve(address, ()))
+        target = canonical(*self._resolve(target, ()))
+        divert = Divert(name, source, target, exclusive=exclusive,
+                        selector=_compiled(selector), owner=owner)
+        self.diverts.add(divert)
+        self._runtime_changed()
+        return divert
+
+    def destroy_divert(self, name):
+        """Remove the divert called C{name}; return it. @raise NotFound: none."""
+        divert = self.diverts.remove(name)
+        self._runtime_changed()
+        return divert
+
+    def set_address_setting(self, setting):
+        """Put the L{AddressSetting} C{setting} in force (replacing one of its match)."""
+        self.settings.address[setting.match] = setting
+        self._runtime_changed()
+
+    def set_security_setting(self, setting):
+        """Put the L{SecuritySetting} C{setting} in force (replacing one of its match)."""
+        self.settings.security[setting.match] = setting
+        self._runtime_changed()
+
+    def remove_setting(self, which, match):
+        """Remove the C{which} (C{"address"} or C{"security"}) setting on C{match};
+        return it. @raise NotFound: there is none."""
+        table = self.settings.address if which == "address" else self.settings.security
+        setting = table.pop(match, None)
+        if setting is None:
+            raise NotFound(f"no {which} setting on {match!r}")
+        self._runtime_changed()
+        return setting
+
+    def _runtime_changed(self):
+        if self.on_runtime_change is not None:
+            self.on_runtime_change()
+
+    def _existing(self, kind, name):
+        return (self._queues if kind == QUEUE else self._topics).get(name)
+
+    def _copier(self):
+        # An anonymous producer that applies no divert: one per copying divert.
+        return Producer(None, None, self._route, self._next_seq, self._system,
+                        None, self._limits)
 
     def create_topic(self, name):
         """Create the topic C{name}; return the existing one if there is one."""
@@ -1095,7 +1197,7 @@ class Broker:
                 " was not created")
         self._destinations_refused = False
 
-    def _create(self, kind, name, *, temporary=False):
+    def _create(self, kind, name, *, temporary=False, stored=True):
         if kind == QUEUE:
             destination = self._queues[name] = Queue(name, self.clock, temporary=temporary,
                                                      limits=self._limits,
@@ -1107,10 +1209,12 @@ class Broker:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
         persistence = self.persistence
-        if persistence is not None and not temporary:
+        if persistence is not None and not temporary and stored:
             if kind == QUEUE:
                 destination.store = persistence.queue_store(kind, name)
             persistence.destination_created(kind, name)
+        if not temporary:
+            self.diverts.made(kind, name, destination)
         if self.on_destination is not None and not temporary:
             self.on_destination("create", kind, name, None)
         return destination
@@ -1135,6 +1239,17 @@ class Broker:
                 return name
 
     # -- ownership (issue 11) ----------------------------------------------------------
+
+    def _check_security(self, requester, name, permission):
+        # S7.2: a security setting made at run time (a capture's) restricts who may
+        # consume from or browse the queues it matches.
+        if requester is None or not self.settings.security:
+            return
+        refused = self.settings.refusal(name, permission, requester.groups,
+                                        requester.user)
+        if refused is not None:
+            self._deny(requester, permission, "queue", name)
+            raise Unauthorized(refused)
 
     def _private(self, destination, requester):
         # A temporary destination is its connection's private reply address: only

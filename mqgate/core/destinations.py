@@ -162,7 +162,7 @@ class Queue(_Operated):
                  "_in_flight", "_flight_bytes", "store", "_system",
                  "attached", "pause", "holding", "modes", "_backups",
                  "dead_letters", "_expiring", "_ticket", "pager",
-                 "_paged") + _QUEUE_COUNTERS
+                 "_paged", "diverts") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None, dead_letters=None):
@@ -217,6 +217,8 @@ class Queue(_Operated):
         # and how many of those wait here now; 0 costs dispatch one test.
         self.pager = None
         self._paged = 0
+        # S7.1: the DivertSet of the diverts on this queue's address (None: none).
+        self.diverts = None
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -1219,7 +1221,7 @@ class Topic(_Operated):
     __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
                  "messages_out", "dropped", "full", "_index", "_gen", "_subs",
                  "_selective", "attached", "pause", "holding", "limits", "bytes_in",
-                 "bytes_out")
+                 "bytes_out", "diverts")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -1240,6 +1242,8 @@ class Topic(_Operated):
         # Limits an operator gave it: its subscriptions on exactly its name get them
         # (None: the broker's).
         self.limits = None
+        # S7.1: the DivertSet of the diverts on this topic (None: none).
+        self.diverts = None
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"

@@ -184,6 +184,9 @@ def _broker_wide(context):
     store = snapshot.store_snapshot(context)
     if store is not None:
         yield from _store(store)
+    index = getattr(context, "capture_index", None)
+    if index is not None:
+        yield from _capture(index.status())
     yield from _process()
 
 
@@ -227,6 +230,46 @@ def _store(store):
         "COMMITs of the SQL store (count and total seconds).",
         count_value=store["fsyncs"], sum_value=store["fsync_seconds"])
     yield fsync
+
+
+def _capture(status):
+    """The capture index's figures (S7.4, S7.5): what it wrote, what waits, what was
+    dropped before it was kept (by subscription and reason: the core's C{ring} and
+    C{rate}, the index's C{backlog} and C{write-failed}), what retention removed."""
+    written = CounterMetricFamily("mqgate_capture_index_written_messages",
+                                  "Captured messages written to the capture index.")
+    written.add_metric([], status["written"])
+    yield written
+    pending = GaugeMetricFamily(
+        "mqgate_capture_index_pending_messages",
+        "Captured messages waiting to be written to the capture index.")
+    pending.add_metric([], status["pending"])
+    yield pending
+    dropped = CounterMetricFamily(
+        "mqgate_capture_dropped_messages",
+        "Captured messages dropped before the capture index kept them, by capture "
+        "subscription and reason (ring, rate: the broker's bounds; backlog, "
+        "write-failed: the index could not keep up).",
+        labels=["subscription", "reason"])
+    for subscription, reasons in status["dropped"].items():
+        for reason, count in reasons.items():
+            dropped.add_metric([subscription, reason], count)
+    yield dropped
+    stored = GaugeMetricFamily(
+        "mqgate_capture_index_stored_bytes",
+        "Bytes the capture index holds, by capture subscription.",
+        labels=["subscription"])
+    for subscription, size in status["stored_bytes"].items():
+        stored.add_metric([subscription], size)
+    yield stored
+    pruned = CounterMetricFamily(
+        "mqgate_capture_index_removed_messages",
+        "Captured messages removed from the index by retention: age (older than "
+        "the retention) or size (the subscription held more than its stored size).",
+        labels=["reason"])
+    for reason, count in status["pruned"].items():
+        pruned.add_metric([reason], count)
+    yield pruned
 
 
 def _process():

@@ -40,6 +40,8 @@ or C{{"error": "why", "status": N}}.
                                                    JSON line every interval (NDJSON)
     GET    /console/...                            the web console's files (no login:
                                                    they hold no data; L{console})
+    GET    /api/capture/...                        the capture views (S7.6), served by
+                                                   L{mqgate.web.capture} once logged in
     GET    /metrics                                Prometheus text (when the broker
                                                    has an exposition)
     GET    /healthz                                200 running, 503 not (no login)
@@ -161,6 +163,8 @@ class AdminApi:
         None (then only the admin group may use the API).
     @param service: the service's name (C{httpadmin}), for the login rules and audit.
     @param health: C{() -> (ok, why)} for C{/healthz}.
+    @param capture: the resource of the capture views (L{mqgate.web.capture}), or
+        None when the broker keeps no capture index.
     @param clock: an C{IReactorTime} for the rates and the live streams (the
         reactor when not given).
     """
@@ -172,13 +176,14 @@ class AdminApi:
     log = Logger()
 
     def __init__(self, requests, authenticator, *, access=None, service="httpadmin",
-                 audit=NO_AUDIT, health=lambda: (True, None), clock=None):
+                 audit=NO_AUDIT, health=lambda: (True, None), capture=None, clock=None):
         if clock is None:
             from twisted.internet import reactor as clock
         self._clock = clock
         self._rates = RateBook()
         self._console = console_resource()
         self._requests = requests
+        self._capture = capture
         self._authenticator = authenticator
         self._access = access
         self._service = service
@@ -322,6 +327,28 @@ class AdminApi:
             (name,) = _names(request, 1)
             return self._run(call, "reload", name)
         return self._admin(request, run)
+
+    @app.route("/api/capture/<rest:_rest>", methods=["GET", "POST", "PUT", "DELETE"])
+    def capture(self, request, _rest):
+        # Logged in here, answered there: reading captured messages reads production
+        # data, so it is audited like a command.
+        call = _Call(request, _peer(request))
+        d = self._login(call)
+        d.addCallback(lambda _: self._capture_view(call))
+        d.addErrback(self._failed, request)
+        return d
+
+    def _capture_view(self, call):
+        if self._capture is None:
+            raise HttpError(NOT_FOUND, "this broker keeps no capture index "
+                                       "(mqgate.capture.index.enabled=false)")
+        user = call.principal.name
+        command = _describe(call.request)
+        self.log.info("capture view {request} over HTTP from {user}",
+                      request=command, user=user)
+        self._audit.record("admin", "ok", user=user, address=call.peer,
+                           service=self._service, command=command, status=OK)
+        return self._capture
 
     @app.route("/metrics", methods=["GET"])
     def metrics(self, request):
