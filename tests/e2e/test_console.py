@@ -70,6 +70,8 @@ def console_url(broker):
 def logged_in(browser, console_url):
     """One page of the console, logged in as admin, for the module's tests."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.script_errors = []
+    page.on("pageerror", lambda error: page.script_errors.append(str(error)))
     page.goto(console_url)
     log_in(page, "admin", "admin")
     page.get_by_text("logged in as admin").wait_for(timeout=WAIT)
@@ -87,6 +89,8 @@ def page(logged_in, request):
         path = SCREENSHOTS / f"{request.node.name}.png"
         logged_in.screenshot(path=str(path), full_page=True)
         print(f"screenshot of the console: {path}")
+    errors, logged_in.script_errors[:] = list(logged_in.script_errors), []
+    assert errors == [], "the console's scripts failed"
 
 
 def unique(prefix):

@@ -90,5 +90,6 @@ function formatNumber(value) {
   if (Math.abs(value) >= 1e9) return (value / 1e9).toFixed(1) + "G";
   if (Math.abs(value) >= 1e6) return (value / 1e6).toFixed(1) + "M";
   if (Math.abs(value) >= 1e4) return (value / 1e3).toFixed(1) + "k";
-  return Number.isInteger(value) ? String(value) : value.toFixed(1);
+  if (Number.isInteger(value)) return String(value);
+  return Math.abs(value) < 1 ? value.toFixed(2) : value.toFixed(1);
 }

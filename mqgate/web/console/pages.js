@@ -159,14 +159,14 @@ const OverviewPage = (() => {
               "no clients");
   }
 
-  async function run() {
+  async function run(own) {
     const state = document.getElementById("stream-state");
-    while (controller && !controller.signal.aborted) {
+    while (!own.signal.aborted) {
       try {
         state.textContent = "live";
-        await Api.stream("/api/stream/metrics?interval=1", show, controller);
+        await Api.stream("/api/stream/metrics?interval=1", show, own);
       } catch (e) {
-        if (controller.signal.aborted) return;
+        if (own.signal.aborted) return;
         state.textContent = `stream interrupted (${e.message}); reconnecting`;
         if (e.status === 401 || e.status === 403) return;
         await new Promise((r) => setTimeout(r, 2000));
@@ -181,7 +181,7 @@ const OverviewPage = (() => {
       held = held || new LineChart(document.getElementById("chart-held"),
         [{name: "held", color: "#2f855a"}, {name: "unacked", color: "#6b46c1"}]);
       controller = new AbortController();
-      run();
+      run(controller);
     },
     stop() {
       if (controller) controller.abort();
