@@ -249,3 +249,48 @@ def test_disconnect_a_client_and_destroy_its_durable(page, broker):
     durable.get_by_role("button", name="Destroy").click()
     durable.get_by_role("button", name="Really destroy?").click()
     expect(durable).to_have_count(0, timeout=WAIT)
+
+
+def test_capture_install_tail_trace_and_remove(page, broker):
+    """Install captures on a service's address and its replies' in the console; the
+    live tail shows a request and its reply as they are sent; the trace view pairs
+    them with a latency; removing the captures takes them off the list."""
+    from playwright.sync_api import expect
+    from proton import Message
+    from tests.e2e.proton_client import opened
+    service, replies = unique("console_svc"), unique("console_replies")
+    request_id = f"{service}-request"
+    go(page, "Capture")
+    form = page.locator("#cap-install")
+    for address in (service, replies):
+        form.get_by_label("Name").fill(f"cap_{address}")
+        form.get_by_label("Address").fill(address)
+        form.get_by_role("button", name="Install").click()
+        expect(page.locator("#notice")).to_have_text(
+            f"installed the capture cap_{address} of {address}", timeout=WAIT)
+        expect(page.locator(f'#cap-table tr[data-name="cap_{address}"]')).to_be_visible(
+            timeout=WAIT)
+    page.get_by_role("button", name="Start").click()
+    expect(page.locator("#tail-state")).to_have_text("live", timeout=WAIT)
+    with opened(broker) as connection:
+        connection.create_sender(service).send(
+            Message(id=request_id, reply_to=replies, body=f"ping {service}"))
+        connection.create_sender(replies).send(
+            Message(correlation_id=request_id, body=f"pong {service}"))
+    tail = page.locator("#tail-table tbody")
+    expect(tail).to_contain_text(f"ping {service}", timeout=WAIT)
+    expect(tail).to_contain_text(f"pong {service}", timeout=WAIT)
+    page.get_by_role("button", name="Stop").click()
+
+    traces = page.locator("#cap-traces")
+    traces.get_by_label("Address").fill(service)
+    traces.get_by_role("button", name="Trace").click()
+    pair = page.locator("#trace-table tr.answered", has_text=request_id)
+    expect(pair).to_contain_text(replies, timeout=WAIT)
+    expect(pair.locator("td").last).to_contain_text(" ms")
+
+    for address in (service, replies):
+        row = page.locator(f'#cap-table tr[data-name="cap_{address}"]')
+        row.get_by_role("button", name="Remove").click()
+        row.get_by_role("button", name="Really remove?").click()
+        expect(row).to_have_count(0, timeout=WAIT)
