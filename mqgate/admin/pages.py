@@ -16,7 +16,7 @@ seconds, so the book holds only what consoles are showing.
 Pure: the caller gives the core broker and the time.
 """
 
-from mqgate.admin.destinations import _is_internal
+from mqgate.admin.destinations import _RESERVED_PREFIX, _TEMPORARY_PREFIX
 from mqgate.admin.requests import BadRequest
 from mqgate.core.addresses import QUEUE, TOPIC
 from mqgate.metrics.snapshot import (
@@ -30,6 +30,9 @@ MAX_LIMIT = 500
 _DEFAULT_LIMIT = 50
 _KINDS = {"queue": (QUEUE,), "topic": (TOPIC,), None: (QUEUE, TOPIC)}
 _RATE_KEYS = ("messages_in", "messages_out")
+#: Names list dst leaves out (temporary ones, the broker's own), as one startswith:
+#: the test runs on every name of the broker, 10,000 of them.
+_INTERNAL = (_TEMPORARY_PREFIX, _RESERVED_PREFIX)
 
 
 class RateBook:
@@ -123,8 +126,12 @@ def destination_page(broker, rates, now, *, kind=None, text="", offset=0,
     names = []
     for each in _KINDS[kind]:
         listed = broker.queues() if each == QUEUE else broker.topics()
-        names.extend((each, name) for name in listed
-                     if not _is_internal(name) and wanted in name.lower())
+        if wanted:
+            kept = [name for name in listed
+                    if wanted in name.lower() and not name.startswith(_INTERNAL)]
+        else:
+            kept = [name for name in listed if not name.startswith(_INTERNAL)]
+        names.extend((each, name) for name in kept)
     rows = []
     for each, name in names[offset:offset + limit]:
         destination = broker.destination(each, name)
