@@ -1,6 +1,7 @@
 """Run every benchmark scenario in sequence: `make bench` (docs/design.md).
 
-First the scripts that need no broker (bench/core_bench.py: the core alone, in
+First the scripts that need no broker (bench/core_bench.py, and bench/capture.py: what a
+capture costs a producer; the core alone, in
 process), then the AMQP queue scenarios of bench/amqp_throughput.py (Proton clients) and
 of bench/amqp_engine_throughput.py (clients built on mqgate's own AMQP engine, a lean
 load generator that does not saturate before the broker does), the AMQP fan-out
@@ -71,9 +72,9 @@ SCENARIOS = (
 
 #: Benchmarks that run as their own script and print their own JSON lines; they
 #: take ``--messages`` and are given this run's value. Run first: they need no broker.
-SCRIPTS = ["core_bench.py"]
+SCRIPTS = ["core_bench.py", "capture.py"]
 #: The name ``--only`` selects each script by (it prints several scenarios).
-SCRIPT_NAMES = {"core_bench.py": "core"}
+SCRIPT_NAMES = {"core_bench.py": "core", "capture.py": "capture"}
 #: A script gets this long before it counts as hung.
 SCRIPT_TIMEOUT = 900
 

@@ -483,7 +483,11 @@ def build_broker(settings, reactor):
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     broker.set_annotate(_dead_annotations)
-    _capture(settings, broker, reactor)
+    # S7.5: the capture index, the sink of capture subscriptions (those the runtime
+    # catalog makes again included); None when it is off.
+    capture = capture_index_from_settings(
+        settings, reactor, lambda name: broker.captures.bounds_of(name))
+    _capture(settings, broker, reactor, None if capture is None else capture.index)
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
@@ -536,12 +540,11 @@ def build_broker(settings, reactor):
     context.metrics_exposition = exposition_of(context)
     # S7.5: the capture index, fed by capture subscriptions (its index is their
     # ICaptureSink); opened before the services that show it, closed after them.
-    capture = top.capture_index = capture_index_from_settings(
-        settings, reactor, broker.captures.bounds_of)
+    # Opened before the services that show it, closed after them.
+    top.capture_index = capture
     if capture is not None:
         capture.setServiceParent(top)
         context.capture_index = capture.index
-        broker.captures.sink = capture.index
     # S5.3: the metrics topics read the same snapshots; started before the services.
     _metrics_topics(settings, context, reactor, portmapper).setServiceParent(top)
     admin_requests = AdminRequests(context, admin_commands(reloadables.names()),
@@ -603,9 +606,10 @@ def build_broker(settings, reactor):
     return top
 
 
-def _capture(settings, broker, reactor):
+def _capture(settings, broker, reactor, sink=None):
     """Capture subscriptions (S7.2) and the runtime catalog (S7.1): what was made at
-    run time is made again, then every change is written."""
+    run time is made again, then every change is written. Copies go to C{sink} (the
+    capture index), or are only counted when there is none."""
     config = CaptureConfig(
         node=settings.instance, broker_role=settings["mqgate.capture.broker-role"],
         writers=tuple(settings["mqgate.capture.writers"]),
@@ -617,7 +621,8 @@ def _capture(settings, broker, reactor):
             retention=float(settings["mqgate.capture.retention"]),
             stored_bytes=settings["mqgate.capture.stored_max"]))
     captures = broker.captures = Captures(broker, reactor, config, None)
-    captures.sink = CountingSink(lambda name: captures.bounds_of(name))
+    captures.sink = sink if sink is not None else CountingSink(
+        lambda name: captures.bounds_of(name))
     catalog = RuntimeCatalog(os.path.join(settings.instance_dir, "runtime",
                                           "catalog.json"))
     document = catalog.load()

@@ -4,6 +4,7 @@ HTTP admin API maps its routes onto and C{mqgate cmd --help} lists.
 """
 
 from mqgate.admin.broker_commands import COMMANDS as BROKER_COMMANDS
+from mqgate.admin.captures import COMMANDS as CAPTURE_COMMANDS
 from mqgate.admin.destinations import COMMANDS as DESTINATION_COMMANDS
 from mqgate.admin.requests import reload_commands
 from mqgate.admin.show import COMMANDS as SHOW_COMMANDS
@@ -21,4 +22,4 @@ def admin_commands(reloadables=USUAL_RELOADABLES):
     @param reloadables: the names C{reload NAME} accepts (what this broker can re-read).
     """
     return {**DESTINATION_COMMANDS, **BROKER_COMMANDS, **METRICS_COMMANDS,
-            **SHOW_COMMANDS, **reload_commands(reloadables)}
+            **SHOW_COMMANDS, **CAPTURE_COMMANDS, **reload_commands(reloadables)}

@@ -48,7 +48,9 @@ from mqgate.admin.tables import render_pairs, render_table
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, NameLimitExceeded, NotAllowed, NotFound, check_name)
 from mqgate.core.destinations import RUNNING, Queue
+from mqgate.core.capture import CAPTURE_PREFIX
 from mqgate.core.dead import DMQ_NAME
+from mqgate.core.ring import is_ring, ring_size
 from mqgate.core.limits import FLOW_CONTROL, LIMIT_BEHAVIORS
 from mqgate.core.modes import MAX_ACTIVE, MAX_BACKUP, ConsumerModes
 
@@ -111,6 +113,10 @@ def _kind_word(kind):
 
 
 def _is_internal(name):
+    # Capture's ring queues are the broker's, but an operator should see what capture
+    # holds (S7.2): they are listed.
+    if name.startswith(CAPTURE_PREFIX):
+        return False
     return name.startswith(_TEMPORARY_PREFIX) or name.startswith(_RESERVED_PREFIX)
 
 
@@ -144,6 +150,9 @@ def _figures(broker, destination):
         "bytes": sum(q.held_bytes for q in queues),
         "unacked": sum(q.in_flight for q in queues),
         "temporary": destination.temporary,
+        # S7.1: a ring queue's size (its oldest message goes when it is full), or None.
+        "ring": ring_size(destination) if kind == QUEUE and is_ring(destination)
+        else None,
     }
 
 
@@ -321,8 +330,9 @@ def list_dst(context, arguments):
             if _is_internal(name) and "-tmp" not in options:
                 continue
             data.append(_figures(broker, broker.destination(kind, name)))
-    rows = [(d["name"], d["type"], d["state"], d["producers"], d["consumers"],
-             d["messages"], d["bytes"], d["unacked"]) for d in data]
+    rows = [(d["name"], d["type"] if d["ring"] is None else f"ring({d['ring']})",
+             d["state"], d["producers"], d["consumers"], d["messages"], d["bytes"],
+             d["unacked"]) for d in data]
     what = "destinations" if len(kinds) == 2 else f"{_kind_word(kinds[0])}s"
     text = f"{len(data)} {what}\n" + render_table(_LIST_HEADERS, rows)
     return Reply(text, data)

@@ -78,6 +78,9 @@ class Command:
     usage: str
     run: object
     help: str = ""
+    #: C{run(context, arguments, principal)}: the command needs to know who asks
+    #: (capture:write, S7.9).
+    with_principal: bool = False
 
 
 @dataclass
@@ -143,8 +146,9 @@ def parse_request(encoded):
     return AdminRequest(verb, object_, tuple(arguments))
 
 
-def dispatch(commands, context, request):
-    """Run C{request} with the command table; always returns a L{Reply}.
+def dispatch(commands, context, request, principal=None):
+    """Run C{request} (asked by C{principal}, when known) with the command table;
+    always returns a L{Reply}.
 
     @raise AdminError: the command failed (caught by the caller, which replies).
     """
@@ -153,6 +157,8 @@ def dispatch(commands, context, request):
         known = sorted({c.usage for c in commands.values()})
         raise BadRequest(f"unknown command {request.verb!r} {request.object!r}; "
                          "known: " + "; ".join(known))
+    if command.with_principal:
+        return command.run(context, list(request.arguments), principal)
     return command.run(context, list(request.arguments))
 
 
@@ -241,7 +247,7 @@ class AdminRequests:
         request = "(unreadable request)"
         try:
             request = parse_request(message.payload)
-            reply = dispatch(self.commands, self.context, request)
+            reply = dispatch(self.commands, self.context, request, principal)
         except AdminError as e:
             reply = Reply(str(e), status=e.status)
         except Exception:

@@ -9,8 +9,9 @@ so that the command line starts without importing the broker.
 
 from dataclasses import dataclass
 
-__all__ = ["ADMIN_ADDRESS", "OK", "BAD_REQUEST", "NOT_FOUND", "ERROR", "AdminError",
-           "BadRequest", "NotFoundError", "Reply", "request_body", "read_reply"]
+__all__ = ["ADMIN_ADDRESS", "OK", "BAD_REQUEST", "FORBIDDEN", "NOT_FOUND", "ERROR",
+           "AdminError", "BadRequest", "Forbidden", "NotFoundError", "Reply",
+           "request_body", "read_reply"]
 
 #: The reserved address admin requests are sent to (the source system's is
 #: C{__JMQAdmin}).
@@ -18,6 +19,8 @@ ADMIN_ADDRESS = "mqgate.admin"
 
 #: Reply statuses (the source's admin status codes, HTTP's numbers).
 OK, BAD_REQUEST, NOT_FOUND, ERROR = 200, 400, 404, 500
+#: The requester lacks a right the command needs (capture:write, S7.9).
+FORBIDDEN = 403
 
 
 class AdminError(Exception):
@@ -30,6 +33,12 @@ class BadRequest(AdminError):
     """The request is malformed or names an unknown command or argument (400)."""
 
     status = BAD_REQUEST
+
+
+class Forbidden(AdminError):
+    """The requester may not do this (403); the message names the right needed."""
+
+    status = FORBIDDEN
 
 
 class NotFoundError(AdminError):

@@ -18,7 +18,6 @@ A plain blocking HTTP client (the standard library's): a command-line tool waits
 one answer at a time, and the tail is one long response read line by line.
 """
 
-import argparse
 import base64
 import datetime
 import json

@@ -32,7 +32,6 @@ from zope.interface import implementer
 
 from mqgate.capture.record import (
     DEFAULT_MAX_BODY, CaptureRecord, address_forms, record_of)
-from mqgate.capture.schema import CaptureSchema
 from mqgate.capture.trace import pair_requests
 from mqgate.core.taps import ICaptureSink
 from mqgate.store.sql import BatchWriter
@@ -173,6 +172,7 @@ class CaptureIndex:
         self.written = 0
         self.bytes = {}          # subscription -> stored bytes
         self.drops = {}          # (subscription, reason) -> copies
+        self.kept = {}           # subscription -> [copies kept, bodies cut]
         self.pruned = {"age": 0, "size": 0}
         self.trimmed = set()     # subscriptions cut back to their stored size
         self.last_error = None
@@ -230,6 +230,9 @@ class CaptureIndex:
         seq, self._next_seq = self._next_seq, self._next_seq + 1
         record = _with_seq(record, seq)
         size = record.stored_bytes
+        kept = self.kept.setdefault(record.subscription, [0, 0])
+        kept[0] += 1
+        kept[1] += record.truncated
         self.bytes[record.subscription] = self.bytes.get(record.subscription, 0) + size
         self._unwritten += 1
         d = self._writer.submit(self._statements(record))
@@ -457,13 +460,15 @@ class CaptureIndex:
         result["next"] = requests[-1].seq if more else None
         return result
 
-    # -- what CountingSink told (mqgate.core.capture_sinks), for query capture -------
+    # -- the figures `query capture` shows (as mqgate.core.capture_sinks') ----------
 
     def figures(self, subscription):
         """C{dict} of what the index holds and dropped of C{subscription}."""
         dropped = {reason: count for (name, reason), count in self.drops.items()
                    if name == subscription}
-        return {"stored_bytes": self.bytes.get(subscription, 0), "dropped": dropped,
+        copies, truncated = self.kept.get(subscription, (0, 0))
+        return {"copies": copies, "stored_bytes": self.bytes.get(subscription, 0),
+                "truncated": truncated, "dropped": dropped,
                 "degraded": subscription in self.trimmed}
 
     def forget(self, subscription):
@@ -471,6 +476,7 @@ class CaptureIndex:
         retention: what was captured is still worth looking at)."""
         for key in [k for k in self.drops if k[0] == subscription]:
             del self.drops[key]
+        self.kept.pop(subscription, None)
         self.trimmed.discard(subscription)
 
     # -- status ----------------------------------------------------------------------------
@@ -487,9 +493,9 @@ class CaptureIndex:
             "pending": self._unwritten,
             "max_pending": self.max_pending,
             "stored_bytes": dict(sorted(self.bytes.items())),
-            "max_bytes_per_subscription": self.max_bytes,
-            "retention_seconds": self.retention,
-            "max_body_bytes": self.max_body,
+            # A subscription's own bounds win; these apply to one without (removed).
+            "defaults": {"stored_bytes": self.max_bytes, "retention": self.retention,
+                         "body_bytes": self.max_body},
             "dropped": drops,
             "pruned": dict(self.pruned),
             "trimmed": sorted(self.trimmed),

@@ -649,7 +649,8 @@ class Broker:
         # S7.1: address and security settings made at run time.
         self.settings = RuntimeSettings()
         # S7.1: diverts; their copies go through producers of the broker's own.
-        self.diverts = DivertRouter(self._existing, self._destination, self._copier)
+        self.diverts = DivertRouter(self._existing, self._destination, self._copier,
+                                    clock.seconds)
         self.dead_letters = dmq.dead_letters = DeadLetters(
             dmq, clock, self.next_seq, persistence=persistence,
             truncate_body=config.dmq_truncate_body, log_dead=config.log_dead_messages)

@@ -144,6 +144,8 @@ class CaptureSubscription:
         kind, plain = resolve(address)
         self.kind = kind
         self.queue_name = f"{CAPTURE_PREFIX}{node}.{plain}.{name}"
+        # S7.7: a queue's copies went to that queue; a topic's, the core cannot say.
+        self.routed_to = (plain,) if kind == QUEUE else None
         self.divert_name = f"capture.{name}"
         self.ingested = 0
         self.queue = None
@@ -193,7 +195,7 @@ class CaptureSubscription:
         self.sink.ingest(CapturedCopy(
             subscription=self.name, node=self.node, address=self.address,
             kind=self.kind,
-            routed_to=(resolve(self.address)[1],) if self.kind == QUEUE else None,
+            routed_to=self.routed_to,
             captured_at=self._now(), message=message, original_id=original_id,
             verify_reason=None if original_id is not None else
             "the producer gave the message no message-id, so it cannot be looked up"
@@ -364,25 +366,19 @@ class Captures:
         divert = broker.create_divert(sub.divert_name, sub.address,
                                       canonical(QUEUE, sub.queue_name),
                                       selector=sub.selector, owner=OWNER)
-        divert.gate = self._gate(sub)
+        divert.gate = sub.gate.admit
+        divert.volatile = True     # a ring is never stored
         sub.divert = divert
+        self._expiry(sub)
 
-    def _gate(self, sub):
-        settings = self.broker.settings
-        seconds = self.clock.seconds
-        queue_name = sub.queue_name
-
-        def gate(copy):
-            if not sub.gate.admit():
-                return False
-            if copy.expiry is None:
-                setting = settings.address_for(queue_name)
-                delay = sub.bounds.expiry_delay if setting is None or \
-                    setting.expiry_delay is None else setting.expiry_delay
-                copy.expiry = seconds() + delay
-            copy.durable = False    # a ring is never stored
-            return True
-        return gate
+    def _expiry(self, sub):
+        # S7.4: a copy without an expiry gets the address setting's delay on the
+        # capture queues (the subscription's own when there is none). Looked up here
+        # and at each drain tick, not per copy: a setting's match costs a pattern
+        # match, and a change takes effect within a tick.
+        setting = self.broker.settings.address_for(sub.queue_name)
+        sub.divert.expiry_delay = sub.bounds.expiry_delay if setting is None or \
+            setting.expiry_delay is None else setting.expiry_delay
 
     # -- remove -------------------------------------------------------------------
 
@@ -452,6 +448,8 @@ class Captures:
                 consumer.set_credit(sub.bounds.ring_size)
                 consumer.drain()
             sub.report_drops()
+            if sub.divert is not None:
+                self._expiry(sub)
         if self._subs:
             self._timer = self.clock.callLater(DRAIN_INTERVAL, self._tick)
 

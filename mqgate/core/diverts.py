@@ -39,9 +39,13 @@ class Divert:
     @ivar exclusive: moves (C{True}) or copies (C{False}).
     @ivar selector: the compiled selector that picks the messages it takes, or C{None}
         (every message).
-    @ivar gate: for a copying divert, C{gate(copy) -> bool} asked before each copy is
-        routed (a capture's ingest rate and expiry, L{mqgate.core.capture}); C{False}
-        drops the copy. C{None}: every copy goes.
+    @ivar gate: for a copying divert, C{gate() -> bool} asked before each copy is
+        made (a capture's ingest rate, L{mqgate.core.capture}); C{False}: no copy.
+        C{None}: every message it takes is copied.
+    @ivar expiry_delay: seconds a copy without an expiry of its own may live (an
+        address setting's expiry delay), or C{None}.
+    @ivar volatile: its copies are never stored (a capture's ring), whatever the
+        original's durability.
     @ivar taken: messages it moved or copied.
     @ivar failed: copies its target refused (full, destroyed), counted, never told to
         the original's producer.
@@ -50,7 +54,7 @@ class Divert:
     """
 
     __slots__ = ("name", "source", "target", "exclusive", "selector", "gate", "taken",
-                 "failed", "owner", "producer")
+                 "failed", "owner", "producer", "expiry_delay", "volatile")
 
     def __init__(self, name, source, target, *, exclusive=False, selector=None,
                  owner=None):
@@ -61,6 +65,8 @@ class Divert:
         self.selector = selector
         self.owner = owner
         self.gate = None
+        self.expiry_delay = None
+        self.volatile = False
         self.taken = 0
         self.failed = 0
         # The broker's internal producer that routes this divert's copies (or None).
@@ -186,12 +192,14 @@ class DivertRouter:
         the broker may (else it raises L{NotFound}).
     @param make_producer: C{make_producer()}: an anonymous producer that applies no
         divert, to route one divert's copies.
+    @param seconds: the clock's C{seconds} (expiry delays count from it).
     """
 
     log = Logger(namespace="mqgate.core.diverts")
 
-    def __init__(self, existing, destination_of, make_producer):
+    def __init__(self, existing, destination_of, make_producer, seconds):
         self.table = Diverts()
+        self._seconds = seconds
         self._existing = existing
         self._destination_of = destination_of
         self._make_producer = make_producer
@@ -240,9 +248,13 @@ class DivertRouter:
         """Route a copy of C{message} to the target of each copying divert of
         C{destination} that takes it."""
         for divert in destination.diverts.copying_for(message):
-            copy = copy_of(message, divert.target)
-            if divert.gate is not None and not divert.gate(copy):
+            if divert.gate is not None and not divert.gate():
                 continue
+            copy = copy_of(message, divert.target)
+            if divert.volatile:
+                copy.durable = False
+            if copy.expiry is None and divert.expiry_delay is not None:
+                copy.expiry = self._seconds() + divert.expiry_delay
             divert.taken += 1
             try:
                 stored = divert.producer.send(copy)

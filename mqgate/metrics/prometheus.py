@@ -184,10 +184,51 @@ def _broker_wide(context):
     store = snapshot.store_snapshot(context)
     if store is not None:
         yield from _store(store)
+    yield from _capture(context)
     index = getattr(context, "capture_index", None)
     if index is not None:
-        yield from _capture(index.status())
+        yield from _capture_index(index.status())
     yield from _process()
+
+
+def _capture(context):
+    """The capture subscriptions' figures (S7.4): copies, drops by reason, ring
+    depth; one series per subscription (and node: capture is per node, S7.7)."""
+    captures = getattr(context.broker, "captures", None)
+    if captures is None:
+        return
+    labels = ["subscription", "node"]
+    copied = CounterMetricFamily(
+        "mqgate_capture_copies", "Copies a capture subscription's divert made.",
+        labels=labels)
+    ingested = CounterMetricFamily(
+        "mqgate_capture_ingested", "Copies handed on to the capture index.",
+        labels=labels)
+    dropped = CounterMetricFamily(
+        "mqgate_capture_dropped", "Copies dropped before the index kept them, by reason:"
+        " rate (beyond the subscription's ingest rate), ring (its ring queue was full),"
+        " backlog and write-failed (the capture index could not keep up).",
+        labels=[*labels, "reason"])
+    depth = GaugeMetricFamily(
+        "mqgate_capture_ring_messages", "Copies waiting in the capture's ring queue.",
+        labels=labels)
+    for sub in captures:
+        figures = sub.describe()
+        key = [figures["name"], figures["node"]]
+        copied.add_metric(key, figures["copied"])
+        ingested.add_metric(key, figures["ingested"])
+        dropped.add_metric([*key, "rate"], figures["dropped_rate"])
+        dropped.add_metric([*key, "ring"], figures["dropped_ring"])
+        depth.add_metric(key, figures["depth"])
+    index = getattr(context, "capture_index", None)
+    if index is not None:
+        # The index's own drops; rate and ring it only heard of, counted above.
+        node = captures.config.node
+        for subscription, reasons in index.status()["dropped"].items():
+            for reason, count in reasons.items():
+                if reason not in ("rate", "ring"):
+                    dropped.add_metric([subscription, node, reason], count)
+    yield from (copied, ingested, dropped, depth)
 
 
 def _egress(egress):
@@ -232,10 +273,9 @@ def _store(store):
     yield fsync
 
 
-def _capture(status):
-    """The capture index's figures (S7.4, S7.5): what it wrote, what waits, what was
-    dropped before it was kept (by subscription and reason: the core's C{ring} and
-    C{rate}, the index's C{backlog} and C{write-failed}), what retention removed."""
+def _capture_index(status):
+    """The capture index's figures (S7.5): what it wrote, what waits, what it holds,
+    what retention removed (its drops are in L{_capture}'s family)."""
     written = CounterMetricFamily("mqgate_capture_index_written_messages",
                                   "Captured messages written to the capture index.")
     written.add_metric([], status["written"])
@@ -245,16 +285,6 @@ def _capture(status):
         "Captured messages waiting to be written to the capture index.")
     pending.add_metric([], status["pending"])
     yield pending
-    dropped = CounterMetricFamily(
-        "mqgate_capture_dropped_messages",
-        "Captured messages dropped before the capture index kept them, by capture "
-        "subscription and reason (ring, rate: the broker's bounds; backlog, "
-        "write-failed: the index could not keep up).",
-        labels=["subscription", "reason"])
-    for subscription, reasons in status["dropped"].items():
-        for reason, count in reasons.items():
-            dropped.add_metric([subscription, reason], count)
-    yield dropped
     stored = GaugeMetricFamily(
         "mqgate_capture_index_stored_bytes",
         "Bytes the capture index holds, by capture subscription.",

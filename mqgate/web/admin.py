@@ -317,6 +317,26 @@ class AdminApi:
             return self._run(call, "show", "client-profile", name)
         return self._admin(request, run)
 
+    @app.route("/api/captures", methods=["GET"])
+    def captures(self, request):
+        return self._admin(request, lambda call: self._run(call, "list", "capture"))
+
+    # Not "capture": Klein calls a route's method by its name, and the capture views'
+    # route below is called that (one name for both sent PUT /api/captures/N there).
+    @app.route("/api/captures/<rest:_name>", methods=["GET", "PUT", "DELETE"])
+    def capture_subscription(self, request, _name):
+        # PUT installs (a body {"address": ..., "filter": ..., "bounds": {...}});
+        # installing and removing need capture:write, else 403 (S7.9).
+        def run(call):
+            (name,) = _names(request, 1)
+            if request.method == b"GET":
+                return self._run(call, "query", "capture", "-n", name)
+            if request.method == b"DELETE":
+                return self._run(call, "destroy", "capture", "-n", name)
+            return self._run(call, "create", "capture", "-n", name,
+                             *_capture_words(_json_body(request)))
+        return self._admin(request, run)
+
     @app.route("/api/reload", methods=["POST"])
     def reload_all(self, request):
         return self._admin(request, lambda call: self._run(call, "reload", "all"))
@@ -456,7 +476,7 @@ class AdminApi:
         command = AdminRequest(words[0], words[1], tuple(words[2:]))
         call.command = str(command)
         d = defer.maybeDeferred(dispatch, self._requests.commands,
-                                self._requests.context, command)
+                                self._requests.context, command, call.principal)
         return d.addErrback(self._error_reply, call)
 
     def _error_reply(self, failure, call):
@@ -706,6 +726,25 @@ def _properties(body):
             raise BadRequest(f"property {name!r}: a string, a number or true/false")
         pairs.append(f"{name}={value}")
     return pairs
+
+
+def _capture_words(body):
+    """The words of C{create capture} from a PUT body."""
+    if not isinstance(body, dict) or not isinstance(body.get("address"), str) \
+            or set(body) - {"address", "filter", "bounds"}:
+        raise BadRequest('the body is a JSON object such as {"address": "queue://orders",'
+                         ' "filter": "JMSPriority > 4", "bounds": {"ringSize": 1000}}'
+                         ' (filter and bounds optional)')
+    words = ["-d", body["address"]]
+    selector = body.get("filter")
+    if selector is not None:
+        if not isinstance(selector, str):
+            raise BadRequest("filter: a selector, as a string")
+        words += ["-s", selector]
+    bounds = body.get("bounds")
+    if bounds is not None:
+        words += [word for prop in _properties(bounds) for word in ("-o", prop)]
+    return words
 
 
 def _pause_target(body):

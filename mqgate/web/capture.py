@@ -27,11 +27,11 @@ import datetime
 import json
 
 from twisted.internet import task
+from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.web import server
 from twisted.web.resource import Resource
 from zope.interface import implementer
-from twisted.internet.interfaces import IPushProducer
 
 from mqgate.capture.index import DEFAULT_LIMIT, CaptureQuery, QueryError
 from mqgate.capture.tail import DEFAULT_MAX_BACKLOG, TailReader
@@ -103,7 +103,7 @@ class CaptureResource(Resource):
             return self._deferred(request, self._index.trace(_search(request)))
         if segments == ["status"]:
             _query(request, ())
-            return _json(request, 200, self._index.status())
+            return _json(request, 200, self._status())
         if segments == ["tail"]:
             return self._tail(request)
         if len(segments) in (2, 3) and segments[0] == "messages":
@@ -118,6 +118,15 @@ class CaptureResource(Resource):
         raise _NotFound(f"no such resource: {request.path.decode('utf-8', 'replace')}"
                         " (the capture views are messages, messages/ID, "
                         "messages/ID/verify, traces, status and tail)")
+
+    def _status(self):
+        """The index's status, with the capture subscriptions feeding it (S7.7: per
+        node: this broker's, named in each)."""
+        status = self._index.status()
+        captures = getattr(self._broker, "captures", None)
+        if captures is not None:
+            status["subscriptions"] = [sub.describe() for sub in captures]
+        return status
 
     def _one(self, summary, seq, verify):
         if summary is None:

@@ -52,6 +52,16 @@ def python_script(name, *args):
     return [sys.executable, str(BENCH / name), *args]
 
 
+def test_capture_bench():
+    """bench/capture.py prints producer rates without, with and with a flooded
+    capture, each with its ratio to the first."""
+    lines = run_bench(python_script("capture.py", *TINY))
+    assert [line["scenario"] for line in lines] == [
+        "capture-none", "capture-on", "capture-flooded"]
+    assert all(line["msgs_per_s"] > 0 and line["ratio"] > 0 for line in lines)
+    assert lines[1]["copies"] == 200 and lines[2]["dropped"] == 0
+
+
 def test_core_bench():
     """bench/core_bench.py prints a rate for each of its core scenarios."""
     lines = run_bench(python_script("core_bench.py", *TINY))

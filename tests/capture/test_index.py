@@ -224,23 +224,32 @@ def test_the_figures_reach_prometheus(opener):
     from mqgate.metrics.snapshot import MetricsSources
     from mqgate.store.memory import MemoryStore
 
-    index, _ = opener.index()
+    from mqgate.core.capture import CaptureConfig, Captures
+
+    index, _ = opener.index(max_pending=1)
     index.ingest(copy(subscription="s1"))
     result(index.drained())
-    index.dropped("s1", "ring", 4)
+    index.dropped("s1", "ring", 4)      # counted by the core's own figures
+    index._writer.stalled = True
+    index.ingest(copy(subscription="s1"))
+    index.ingest(copy(subscription="s1"))   # the backlog is full: dropped
     clock = Clock()
-    context = AdminContext(Broker(clock), ClientRegistry(), None,
+    broker = Broker(clock)
+    broker.captures = Captures(broker, clock, CaptureConfig(node="n1"), index)
+    context = AdminContext(broker, ClientRegistry(), None,
                            metrics=MetricsSources(clock, 0, store=MemoryStore()))
     context.capture_index = index
     text = exposition(context)[0].decode("utf-8")
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(text)
                for s in family.samples}
-    assert samples[("mqgate_capture_dropped_messages_total",
-                    (("reason", "ring"), ("subscription", "s1")))] == 4
+    assert samples[("mqgate_capture_dropped_total", (
+        ("node", "n1"), ("reason", "backlog"), ("subscription", "s1")))] == 1
+    assert not any(name == "mqgate_capture_dropped_total" and ("reason", "ring") in labels
+                   for name, labels in samples)
     assert samples[("mqgate_capture_index_written_messages_total", ())] == 1
     assert samples[("mqgate_capture_index_stored_bytes", (("subscription", "s1"),))] > 0
-    assert samples[("mqgate_capture_index_pending_messages", ())] == 0
+    assert samples[("mqgate_capture_index_pending_messages", ())] == 1
 
 
 def test_each_subscription_has_its_own_bounds(opener):
@@ -274,3 +283,20 @@ def test_a_bare_name_finds_either_kind_a_prefixed_one_its_own(opener):
     assert ids(search(index, address="orders")) == [2, 1]
     assert ids(search(index, address="topic://orders")) == [2]
     assert ids(search(index, queue="orders")) == [1]
+
+
+def test_figures_per_subscription_for_query_capture(opener):
+    """The figures `query capture` shows of the sink: copies kept, bodies cut, bytes,
+    drops; forgotten with the subscription (its rows stay until their retention)."""
+    index, _ = opener.index(max_body=2)
+    index.ingest(copy(body=b"abc", subscription="s1"))
+    index.ingest(copy(body=b"a", subscription="s1"))
+    index.dropped("s1", "rate", 2)
+    result(index.drained())
+    figures = index.figures("s1")
+    assert (figures["copies"], figures["truncated"], figures["dropped"],
+            figures["degraded"]) == (2, 1, {"rate": 2}, False)
+    assert figures["stored_bytes"] > 0
+    index.forget("s1")
+    assert index.figures("s1")["copies"] == 0
+    assert len(search(index, subscription="s1")["messages"]) == 2

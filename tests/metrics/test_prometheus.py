@@ -9,12 +9,14 @@ from twisted.internet.task import Clock
 
 from mqgate.admin.requests import AdminContext
 from mqgate.core import Broker, BrokerMessage
+from mqgate.core.capture import DRAIN_INTERVAL, CaptureBounds, CaptureConfig, Captures
+from mqgate.core.capture_sinks import CountingSink
 from mqgate.egress.clients import ClientRegistry
 from mqgate.metrics.prometheus import CONTENT_TYPE, exposition, exposition_of, registry
 from mqgate.metrics.snapshot import MetricsSources
 from mqgate.store.memory import MemoryStore
 
-from tests.core import consume
+from tests.core import consume, send
 
 DESTINATIONS = 10_000
 
@@ -135,3 +137,24 @@ def test_registry_with_prometheus_clients_writer_says_the_same():
     assert {k: v for k, v in ours.items() if not k[0].startswith(volatile)} == \
         {k: v for k, v in theirs.items() if not k[0].startswith(volatile)}
     assert exposition_of(context)()[0].startswith(b"# HELP mqgate_queue_")
+
+
+def test_capture_figures_exposed():
+    """S7.4: each capture subscription's copies and drops (by reason) are exposed,
+    labelled with the subscription and the node."""
+    clock = Clock()
+    broker = Broker(clock)
+    broker.captures = Captures(broker, clock, CaptureConfig(
+        node="n1", bounds=CaptureBounds(ring_size=3, rate=5)), CountingSink())
+    broker.captures.install("tap", "queue://orders")
+    send(broker, "queue://orders", *[b"x"] * 9)
+    clock.advance(DRAIN_INTERVAL)
+    samples, families = _parse(exposition(_context(broker, clock))[0])
+    key = (("node", "n1"), ("subscription", "tap"))
+    assert samples[("mqgate_capture_copies_total", key)] == 5
+    assert samples[("mqgate_capture_ingested_total", key)] == 3
+    assert samples[("mqgate_capture_dropped_total", (*key[:1], ("reason", "rate"),
+                                                       key[1]))] == 4
+    assert samples[("mqgate_capture_dropped_total", (*key[:1], ("reason", "ring"),
+                                                       key[1]))] == 2
+    assert families["mqgate_capture_dropped"][0] == "counter"
