@@ -32,7 +32,7 @@ const CapturePage = (() => {
       cell(s.name), cell(s.address), cell(s.filter), cell(s.copied),
       cell(`${s.dropped_rate} over the rate, ${s.dropped_ring} out of the ring`),
       cell(`${s.depth} of ${s.ring_size} in the ring`),
-      el("td", {}, dangerButton("Remove", () => act(
+      el("td", {}, dangerButton("Remove", `capture ${s.name}`, () => act(
         `removed the capture ${s.name} of ${s.address}`, `/api/captures/${Api.seg(s.name)}`,
         {method: "DELETE"}, () => poller.now()))));
   }

@@ -40,19 +40,25 @@ function notify(text, isError = true) {
 }
 
 // A button for something that cannot be undone: the first click asks, the second
-// (within five seconds) does it.
-function dangerButton(label, run) {
-  const button = el("button", {type: "button", class: "danger", text: label});
-  let armed = null;
+// (within ten seconds) does it. The pages redraw their tables every few seconds, so
+// which buttons are asking is kept here, by what they act on (key), not in the button.
+const armed = new Map();   // key -> when the question lapses (ms)
+const ARMED_FOR = 10000;
+
+function dangerButton(label, key, run) {
+  const asking = () => (armed.get(key) || 0) > Date.now();
+  const button = el("button", {type: "button", class: "danger"});
+  const show = () => { button.textContent = asking() ? `Really ${label.toLowerCase()}?` : label; };
+  show();
   button.addEventListener("click", async () => {
-    if (!armed) {
-      button.textContent = `Really ${label.toLowerCase()}?`;
-      armed = setTimeout(() => { armed = null; button.textContent = label; }, 5000);
+    if (!asking()) {
+      armed.set(key, Date.now() + ARMED_FOR);
+      show();
+      setTimeout(show, ARMED_FOR + 50);
       return;
     }
-    clearTimeout(armed);
-    armed = null;
-    button.textContent = label;
+    armed.delete(key);
+    show();
     await run();
   });
   return button;
@@ -205,14 +211,14 @@ const DestinationsPage = (() => {
   function row(d) {
     const what = `${d.type} ${d.name}`;
     const actions = el("td", {class: "actions"},
-      dangerButton("Purge", () => act(`purged ${what}`, path(d, "/purge"),
+      dangerButton("Purge", path(d, "/purge"), () => act(`purged ${what}`, path(d, "/purge"),
                                       {method: "POST"}, () => poller.now())),
       d.state === "RUNNING"
         ? actionButton("Pause", () => act(`paused ${what}`, path(d, "/pause"),
                                           {method: "POST"}, () => poller.now()))
         : actionButton("Resume", () => act(`resumed ${what}`, path(d, "/resume"),
                                            {method: "POST"}, () => poller.now())),
-      dangerButton("Destroy", () => act(`destroyed ${what}`, path(d),
+      dangerButton("Destroy", path(d), () => act(`destroyed ${what}`, path(d),
                                         {method: "DELETE"}, () => poller.now())));
     return el("tr", {"data-name": d.name, "data-type": d.type},
       cell(d.name), cell(d.type), cell(d.state),
@@ -280,7 +286,7 @@ const ConnectionsPage = (() => {
       cell(c.id), cell(c.service), cell(c.protocol), cell(c.user), cell(c.client_id),
       cell(`${c.host}:${c.port}`), cell(seconds(c.connected_seconds)),
       cell(c.messages_out),
-      el("td", {}, dangerButton("Disconnect", () => act(
+      el("td", {}, dangerButton("Disconnect", `cxn ${c.id}`, () => act(
         `disconnected connection ${c.id}`, `/api/connections/${Api.seg(String(c.id))}`,
         {method: "DELETE"}, () => poller.now()))));
   }
@@ -320,9 +326,9 @@ const DurablesPage = (() => {
       cell(d.name), cell(d.client_id), cell(d.topic), cell(d.selector), cell(d.state),
       cell(d.consumers), cell(d.messages), cell(d.unacked), cell(d.owner),
       el("td", {class: "actions"},
-        dangerButton("Purge", () => act(`purged ${what}`, `${path}/purge`,
+        dangerButton("Purge", `${path}/purge`, () => act(`purged ${what}`, `${path}/purge`,
                                         {method: "POST"}, () => poller.now())),
-        dangerButton("Destroy", () => act(`destroyed ${what}`, path,
+        dangerButton("Destroy", path, () => act(`destroyed ${what}`, path,
                                           {method: "DELETE"}, () => poller.now()))));
   }
 
