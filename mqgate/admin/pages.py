@@ -22,8 +22,8 @@ from mqgate.core.addresses import QUEUE, TOPIC
 from mqgate.metrics.snapshot import (
     broker_snapshot, destination_snapshot, egress_snapshot)
 
-__all__ = ["RateBook", "destination_page", "page_arguments", "overview", "OverviewRates",
-           "MAX_LIMIT"]
+__all__ = ["RateBook", "destination_page", "page_arguments", "overview", "LatestReading",
+           "OverviewRates", "MAX_LIMIT"]
 
 #: The longest page: enough for a screen, small enough to stay cheap.
 MAX_LIMIT = 500
@@ -163,17 +163,34 @@ def overview(context):
             "load_factor": load}
 
 
-class OverviewRates:
-    """The overview's readings one after another, each with the broker's message
-    rates since the one before (C{messages_in_per_second}, ...; None the first
-    time)."""
+class LatestReading:
+    """C{read()} done at most once per C{fresh} seconds, whoever asks: a reading of
+    the overview walks every destination (some 13 ms of CPU at 10,000), and each open
+    console asks for one a second; they share it."""
 
-    def __init__(self, context):
-        self._context = context
+    def __init__(self, read, fresh=0.5):
+        self._read = read
+        self._fresh = fresh
+        self._at = None
+        self._value = None
+
+    def __call__(self, now):
+        if self._at is None or not 0 <= now - self._at < self._fresh:
+            self._value, self._at = self._read(), now
+        return self._value
+
+
+class OverviewRates:
+    """One console's overview readings one after another (from C{read(now)}, shared
+    with the others), each with the broker's message rates since the one before
+    (C{messages_in_per_second}, ...; None the first time)."""
+
+    def __init__(self, read):
+        self._read = read
         self._last = None   # (time, broker figures)
 
     def reading(self, now):
-        data = overview(self._context)
+        data = dict(self._read(now))
         figures = data["broker"]
         last, self._last = self._last, (now, figures)
         for key in ("messages_in", "messages_out", "bytes_in", "bytes_out"):

@@ -73,7 +73,8 @@ from twisted.web.resource import Resource
 from werkzeug.routing import PathConverter
 
 from mqgate.admin.options import destination_type
-from mqgate.admin.pages import OverviewRates, RateBook, destination_page, overview, page_arguments
+from mqgate.admin.pages import (
+    LatestReading, OverviewRates, RateBook, destination_page, overview, page_arguments)
 from mqgate.admin.requests import (
     NOT_FOUND, OK, AdminError, AdminRequest, BadRequest, Reply, dispatch)
 from mqgate.errors import printable
@@ -183,6 +184,7 @@ class AdminApi:
         self._rates = RateBook()
         self._console = console_resource()
         self._requests = requests
+        self._overview = LatestReading(lambda: overview(requests.context))
         self._capture = capture
         self._authenticator = authenticator
         self._access = access
@@ -423,7 +425,7 @@ class AdminApi:
             raise HttpError(e.status, str(e)) from None
         self.log.info("metrics stream over HTTP for {user} from {peer}",
                       user=call.principal.name, peer=call.peer)
-        readings = OverviewRates(self._requests.context)
+        readings = OverviewRates(self._overview)
         d = stream_readings(request, self._clock, readings.reading, interval,
                             STREAM_MAX_SECONDS)
         return d.addErrback(self._stream_failed, request)

@@ -10,7 +10,7 @@ from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from mqgate.admin.pages import RateBook, destination_page, page_arguments
+from mqgate.admin.pages import LatestReading, RateBook, destination_page, page_arguments
 from mqgate.admin.requests import AdminContext, AdminRequests, BadRequest
 from mqgate.admin.commands import admin_commands
 from mqgate.core import BrokerMessage
@@ -206,6 +206,40 @@ def test_the_metrics_stream_writes_a_line_each_interval_with_rates(core):
     assert second["broker"]["messages"] == 6
     protocol.connectionLost(Failure(ConnectionDone()))
     assert clock.getDelayedCalls() == []
+
+
+class ReadCounting(CountingBroker):
+    """The core broker, counting the readings of its totals (one per overview)."""
+
+    reads = 0
+
+    @property
+    def stats(self):
+        self.reads += 1
+        return self._broker.stats
+
+
+def test_consoles_share_one_reading_of_the_broker(core):
+    """Each reading walks every destination: two consoles streaming at once read the
+    broker once a second between them, each with rates of its own."""
+    broker, clock = core
+    counted = ReadCounting(broker)
+    site = console_site(counted, clock)
+    first, _ = stream(site, "/api/stream/metrics")
+    second, _ = stream(site, "/api/stream/metrics")
+    core_send(broker, "queue://q", b"x")
+    clock.advance(1)
+    assert [line["broker"]["messages_in"] for line in lines(first)] == [0, 1]
+    assert [line["broker"]["messages_in"] for line in lines(second)] == [0, 1]
+    assert lines(second)[1]["messages_in_per_second"] == 1.0
+    assert counted.reads == 2
+
+
+def test_a_reading_is_shared_while_fresh():
+    reads = []
+    latest = LatestReading(lambda: reads.append(1) or len(reads), fresh=0.5)
+    assert [latest(0.0), latest(0.4), latest(0.5), latest(0.7), latest(0.2)] == [
+        1, 1, 2, 2, 3]
 
 
 def test_the_metrics_stream_ends_after_its_time_and_refuses_bad_intervals(core):
