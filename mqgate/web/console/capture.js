@@ -37,7 +37,7 @@ const CapturePage = (() => {
         {method: "DELETE"}, () => poller.now()))));
   }
 
-  async function refreshSubscriptions() {
+  async function refreshSubscriptions(current) {
     let list;
     try {
       list = await Api.call("/api/captures");
@@ -45,6 +45,7 @@ const CapturePage = (() => {
       if (e.status === 404) { unavailable(e); poller.stop(); return; }
       throw e;
     }
+    if (!current()) return;
     document.getElementById("cap-unavailable").hidden = true;
     const rows = Array.isArray(list) ? list : (list.captures || []);
     fillTable(document.getElementById("cap-table"), rows.map(subscriptionRow),

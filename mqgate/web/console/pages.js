@@ -97,34 +97,42 @@ function seconds(value) {
 }
 
 // Calls refresh() now and every `interval` ms until stop(); a refresh that fails
-// says why once, not once a poll.
+// says why once, not once a poll. now() (after an action, a new filter) starts over:
+// a refresh still on its way from before is then dropped when it lands (refresh gets
+// current() to ask), and its loop ends, so there is only ever one loop.
 class Poller {
   constructor(refresh, interval) {
     this.refresh = refresh;
     this.interval = interval;
     this.timer = null;
+    this.generation = 0;
+    this.running = false;
   }
   start() {
     this.stop();
+    this.running = true;
+    const generation = ++this.generation;
+    const current = () => this.running && generation === this.generation;
     const tick = async () => {
       try {
-        await this.refresh();
+        await this.refresh(current);
         this.failed = false;
       } catch (e) {
-        if (!this.failed) notify(e.message);
+        if (current() && !this.failed) notify(e.message);
         this.failed = true;
       }
-      if (this.timer !== null) this.timer = setTimeout(tick, this.interval);
+      if (current()) this.timer = setTimeout(tick, this.interval);
     };
-    this.timer = 0;
     tick();
   }
   stop() {
-    if (this.timer) clearTimeout(this.timer);
+    clearTimeout(this.timer);
     this.timer = null;
+    this.running = false;
+    this.generation++;
   }
   now() {
-    if (this.timer !== null) this.start();
+    if (this.running) this.start();
   }
 }
 
@@ -228,16 +236,17 @@ const DestinationsPage = (() => {
       actions);
   }
 
-  async function refresh() {
+  async function refresh(current) {
     const filter = document.getElementById("dst-filter").value.trim();
     const type = document.getElementById("dst-type").value;
     const query = new URLSearchParams({offset, limit: PAGE});
     if (filter) query.set("filter", filter);
     if (type) query.set("type", type);
     const page = await Api.call(`/api/destinations?${query}`);
+    if (!current()) return;   // the filter or the page changed meanwhile
     if (page.total && offset >= page.total) {   // the last page emptied: step back
       offset = Math.max(0, Math.floor((page.total - 1) / PAGE) * PAGE);
-      return refresh();
+      return refresh(current);
     }
     fillTable(table(), page.destinations.map(row),
               filter ? `no destination's name contains "${filter}"` : "no destinations");
@@ -301,9 +310,10 @@ const ConnectionsPage = (() => {
       cell(c.slow ? "slow" : "no"), cell(held), cell(bytes), cell(discards));
   }
 
-  async function refresh() {
+  async function refresh(current) {
     const [connections, clients] = await Promise.all(
       [Api.call("/api/connections"), Api.call("/api/clients")]);
+    if (!current()) return;
     fillTable(document.getElementById("cxn-table"), connections.map(connectionRow),
               "no connections");
     clients.sort((a, b) => (b.slow - a.slow));   // slow subscribers first
@@ -332,8 +342,9 @@ const DurablesPage = (() => {
                                           {method: "DELETE"}, () => poller.now()))));
   }
 
-  async function refresh() {
+  async function refresh(current) {
     const durables = await Api.call("/api/durables");
+    if (!current()) return;
     fillTable(document.getElementById("dur-table"), durables.map(row),
               "no durable subscriptions");
   }
