@@ -135,14 +135,23 @@ const CapturePage = (() => {
     return el("td", {}, button, out);
   }
 
-  async function search(event) {
-    event.preventDefault();
+  // The newest matches first; "Older" asks for the next page (before=the last id).
+  async function search(event, before = null) {
+    if (event) event.preventDefault();
+    const form = document.getElementById("cap-search");
+    const query = searchQuery(form);
+    if (before !== null) query.set("before", String(before));
+    const table = document.getElementById("search-table");
+    const older = document.getElementById("search-older");
     try {
-      const found = await Api.call(`/api/capture/messages?${searchQuery(event.target)}`);
-      fillTable(document.getElementById("search-table"), found.messages.map((m) =>
+      const found = await Api.call(`/api/capture/messages?${query}`);
+      const rows = found.messages.map((m) =>
         el("tr", {}, cell(time(m.captured_at)), cell(m.address), cell(m.message_id),
-           cell(m.correlation_id), cell(body(m)), verifyCell(m))),
-        "no captured messages match");
+           cell(m.correlation_id), cell(body(m)), verifyCell(m)));
+      if (before === null) fillTable(table, rows, "no captured messages match");
+      else table.tBodies[0].append(...rows);
+      older.hidden = found.next === null || found.next === undefined;
+      older.onclick = () => search(null, found.next);
     } catch (e) { notify(`search failed: ${e.message}`); }
   }
 
