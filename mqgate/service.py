@@ -483,11 +483,12 @@ def build_broker(settings, reactor):
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
     broker.set_annotate(_dead_annotations)
-    # S7.5: the capture index, the sink of capture subscriptions (those the runtime
-    # catalog makes again included); None when it is off.
-    capture = capture_index_from_settings(
-        settings, reactor, lambda name: broker.captures.bounds_of(name))
-    _capture(settings, broker, reactor, None if capture is None else capture.index)
+    captures = _capture(settings, broker, reactor)
+    # S7.5: the capture index takes every capture subscription's copies (those the
+    # runtime catalog made again too); None when it is off.
+    capture = capture_index_from_settings(settings, reactor, captures.bounds_of)
+    if capture is not None:
+        captures.use_sink(capture.index)
     # S2.6: the glues ask it before granting producer credit; the timer lets it fall.
     memory_watch = MemoryWatchService.from_settings(settings, broker)
     broker.memory = memory_watch.memory
@@ -538,8 +539,6 @@ def build_broker(settings, reactor):
                                      store=store_service.store,
                                      connections=connections)
     context.metrics_exposition = exposition_of(context)
-    # S7.5: the capture index, fed by capture subscriptions (its index is their
-    # ICaptureSink); opened before the services that show it, closed after them.
     # Opened before the services that show it, closed after them.
     top.capture_index = capture
     if capture is not None:
@@ -606,10 +605,9 @@ def build_broker(settings, reactor):
     return top
 
 
-def _capture(settings, broker, reactor, sink=None):
+def _capture(settings, broker, reactor):
     """Capture subscriptions (S7.2) and the runtime catalog (S7.1): what was made at
-    run time is made again, then every change is written. Copies go to C{sink} (the
-    capture index), or are only counted when there is none."""
+    run time is made again, then every change is written."""
     config = CaptureConfig(
         node=settings.instance, broker_role=settings["mqgate.capture.broker-role"],
         writers=tuple(settings["mqgate.capture.writers"]),
@@ -620,9 +618,10 @@ def _capture(settings, broker, reactor, sink=None):
             body_bytes=settings["mqgate.capture.body_max"],
             retention=float(settings["mqgate.capture.retention"]),
             stored_bytes=settings["mqgate.capture.stored_max"]))
+    # Until a capture index is configured, a sink that counts; the index takes over
+    # with captures.use_sink().
     captures = broker.captures = Captures(broker, reactor, config, None)
-    captures.sink = sink if sink is not None else CountingSink(
-        lambda name: captures.bounds_of(name))
+    captures.sink = CountingSink(captures.bounds_of)
     catalog = RuntimeCatalog(os.path.join(settings.instance_dir, "runtime",
                                           "catalog.json"))
     document = catalog.load()

@@ -168,6 +168,7 @@ class CaptureIndex:
         self._prune_interval = prune_interval
         self._pruning = None
         self._next_seq = None
+        self._early = []         # copies ingested before the index was open
         self._unwritten = 0
         self.written = 0
         self.bytes = {}          # subscription -> stored bytes
@@ -188,6 +189,9 @@ class CaptureIndex:
         def opened(totals):
             self._next_seq, self.bytes = totals
             self._pruner.start(self._prune_interval, now=False)
+            early, self._early = self._early, []
+            for copy in early:
+                self.ingest(copy)
             return self
         return d.addCallback(opened)
 
@@ -213,8 +217,15 @@ class CaptureIndex:
     # -- ICaptureSink ------------------------------------------------------------------
 
     def ingest(self, copy):
-        if self._closed or self._next_seq is None:
+        if self._closed:
             self._count(copy.subscription, "closed", 1)
+            return
+        if self._next_seq is None:
+            # Not open yet (the broker is starting): kept until it is, within bounds.
+            if len(self._early) < self.max_pending:
+                self._early.append(copy)
+            else:
+                self._count(copy.subscription, "backlog", 1)
             return
         if self._unwritten >= self.max_pending:
             self._count(copy.subscription, "backlog", 1)

@@ -27,6 +27,11 @@ NO_ORIGINAL_ID = ("the copy carries no id of the original message, so the broker
                   "cannot be asked for it")
 
 
+#: What a topic's row cannot tell (S7.7), said in the row itself.
+TOPIC_NOTE = ("one row per routed message: capture copies at the address and cannot "
+              "tell which subscriptions got it")
+
+
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class CaptureRecord:
     """One routed message in the index.
@@ -71,7 +76,7 @@ class CaptureRecord:
             text = self.body.decode("utf-8")
         except UnicodeDecodeError:
             text = None
-        return {
+        summary = {
             "id": self.seq, "captured_at": self.captured_at, "node": self.node,
             "subscription": self.subscription, "address": self.address,
             "kind": self.kind,
@@ -84,6 +89,9 @@ class CaptureRecord:
                        "original_id": self.original_id,
                        "reason": self.verify_reason},
         }
+        if self.routed_to is None:
+            summary["note"] = TOPIC_NOTE
+        return summary
 
 
 def record_of(copy, max_body=DEFAULT_MAX_BODY):

@@ -28,7 +28,8 @@ from collections import deque
 
 from mqgate.capture.record import address_forms
 
-__all__ = ["TailHub", "TailReader", "DEFAULT_MAX_BACKLOG", "PREVIEW_CHARS"]
+__all__ = ["TailHub", "TailReader", "encode_line", "DEFAULT_MAX_BACKLOG",
+           "PREVIEW_CHARS"]
 
 #: Lines one paused reader keeps at most (about 4 MiB with full previews): bounds
 #: what a stalled reader costs the broker.
@@ -70,7 +71,8 @@ class TailReader:
                 or self.address in (summary["routed_to"] or ()))
 
     def offer(self, line):
-        """Send C{line} (a dict), or keep it while paused, or count it as missed."""
+        """Send C{line} (a dict, or a dict already encoded as one line of bytes), or
+        keep it while paused, or count it as missed."""
         if not self.paused:
             self._send(line)
         elif len(self._backlog) < self.max_backlog:
@@ -98,7 +100,7 @@ class TailReader:
 
     def _send(self, line):
         self.sent += 1
-        self._write(json.dumps(line, separators=(",", ":")).encode("utf-8") + b"\n")
+        self._write(line if isinstance(line, bytes) else encode_line(line))
 
 
 class TailHub:
@@ -124,17 +126,22 @@ class TailHub:
         line = None
         for reader in list(self._readers):
             if reader.wants(summary):
-                if line is None:
-                    line = _preview(summary)
+                if line is None:    # encoded once, whatever the number of readers
+                    line = encode_line(_preview(summary))
                 reader.offer(line)
 
     def dropped_upstream(self, subscription, reason, count):
         """The core dropped C{count} copies of C{subscription} (S7.4 bounds)."""
-        line = {"type": "dropped", "count": count, "reason": reason,
-                "subscription": subscription}
+        line = encode_line({"type": "dropped", "count": count, "reason": reason,
+                            "subscription": subscription})
         for reader in list(self._readers):
             if reader.subscription in (None, subscription):
                 reader.offer(line)
+
+
+def encode_line(line):
+    """One NDJSON line: compact JSON and a newline."""
+    return json.dumps(line, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
 def _preview(summary):

@@ -1062,7 +1062,8 @@ KEYS = (
     # -- the audit trail (S4.8) --
     Key("mqgate.audit.enabled", Bool(), "true",
         "Write the audit trail: one JSON line per login (ok or failed), admin request, "
-        "destination created or destroyed, access-control denial and rule reload. On by "
+        "destination created or destroyed, access-control denial and rule reload, and "
+        "per capture installed or removed (before, and with its outcome). On by "
         "default: a broker put on a network should say who did what."),
     Key("mqgate.audit.file", Text(), "audit.log",
         "Where the audit trail goes: a file (a relative name is in "

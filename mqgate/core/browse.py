@@ -62,6 +62,9 @@ def open_browser(broker, address, target, *, capabilities=(), presettled=False,
     broker._check_name(kind, name)
     if broker.reserved is not None:
         broker.reserved(kind, name, "consume")
+    # S7.2: a browser reads what a consumer would: a security setting's consume
+    # permission covers it (a capture queue's copies are for the capture role only).
+    broker._check_security(requester, name, "consume")
     queue = broker._private(broker._destination(QUEUE, name), requester)
     return Browser(canonical(kind, name), queue, target, presettled=presettled,
                    selector=selector, now=broker.clock.seconds)

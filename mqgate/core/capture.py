@@ -245,6 +245,13 @@ class Captures:
                            " them)")
         return sub
 
+    def use_sink(self, sink):
+        """Hand every subscription's copies, from now on, to C{sink} (the capture
+        index, once it is up: subscriptions restored at start were made before)."""
+        self.sink = sink
+        for sub in self._subs.values():
+            sub.sink = sink
+
     def bounds_of(self, name):
         """The L{CaptureBounds} of subscription C{name}, or C{None}."""
         sub = self._subs.get(name)

@@ -14,8 +14,8 @@ across restarts, and used here:
   operator sees what capture relies on.
 - a security setting lists, per permission, the groups (roles) that may; the broker
   refuses everyone else, beside the access rules file. Only C{consume} is a
-  permission here (a receiver attaching to a matching queue): browsing and sending
-  are left to the access rules.
+  permission here: a receiver or a browser attaching to a matching queue (both read
+  its messages). Sending is left to the access rules.
 """
 
 from mqgate.core.addresses import topic_matches

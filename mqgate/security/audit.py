@@ -16,6 +16,9 @@ Event kinds, and the C{outcome} values they use:
     access.denied         denied                 (user, address, service, operation,
                                                   dest_type, name, rule subject)
     access.reload         ok | failed            (file, why)
+    capture.install       requested, then ok | failed   (user, subscription,
+                                                  capture_address; why when failed)
+    capture.remove        requested, then ok | failed   (user, subscription; why)
 
 L{AuditTrail} is the real trail: each record becomes one JSON object on one line::
 

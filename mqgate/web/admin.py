@@ -351,7 +351,7 @@ class AdminApi:
         return self._admin(request, run)
 
     @app.route("/api/capture/<rest:_rest>", methods=["GET", "POST", "PUT", "DELETE"])
-    def capture(self, request, _rest):
+    def capture_views(self, request, _rest):
         # Logged in here, answered there: reading captured messages reads production
         # data, so it is audited like a command.
         call = _Call(request, _peer(request))

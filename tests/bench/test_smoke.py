@@ -57,9 +57,11 @@ def test_capture_bench():
     capture, each with its ratio to the first."""
     lines = run_bench(python_script("capture.py", *TINY))
     assert [line["scenario"] for line in lines] == [
-        "capture-none", "capture-on", "capture-flooded"]
+        "capture-none", "capture-on", "capture-flooded", "amqp-capture-none",
+        "amqp-capture-on", "amqp-capture-flooded"]
     assert all(line["msgs_per_s"] > 0 and line["ratio"] > 0 for line in lines)
     assert lines[1]["copies"] == 200 and lines[2]["dropped"] == 0
+    assert all(line["messages"] == 200 for line in lines[3:])
 
 
 def test_core_bench():

@@ -54,7 +54,8 @@ class IndexOpener:
         self.pools = []
 
     def index(self, *, tail=None, now=lambda: 2000.0, **kwargs):
-        config = sql_config(self.vendor, self.url)
+        # sync off, as the broker opens the index: copies are acknowledged to nobody.
+        config = sql_config(self.vendor, self.url, sync=False)
         reactor = Clocked()
         pool = connection_pool(config, reactor)
         pool.threadpool = InlineThreadPool()

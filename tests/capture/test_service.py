@@ -34,3 +34,22 @@ def test_off_when_disabled(tmp_path):
     assert capture_index_from_settings(
         settings(tmp_path, **{"mqgate.capture.index.enabled": "false"}),
         Clocked()) is None
+
+
+def test_postgresql_in_the_stores_database_in_tables_of_its_own(tmp_path, pg_dsn):
+    """dbVendor=postgresql: the SQL store's database settings, CAPMSG_<brokerid>."""
+    import psycopg
+
+    service = capture_index_from_settings(settings(tmp_path, **{
+        "mqgate.capture.index.dbVendor": "postgresql",
+        "mqgate.persist.jdbc.opendburl": pg_dsn,
+        "mqgate.persist.jdbc.brokerid": "b7"}), Clocked())
+    index = service.index
+    assert index.where.startswith("PostgreSQL database")
+    index._pool.threadpool = InlineThreadPool()
+    index._pool.start()
+    result(index.open())
+    index.ingest(copy(body=b"kept"))
+    result(index.close())
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT BODY FROM CAPMSG_b7").fetchall() == [(b"kept",)]

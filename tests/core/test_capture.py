@@ -6,6 +6,7 @@ from zope.interface.verify import verifyObject
 
 from mqgate.core import BrokerMessage
 from mqgate.core.broker import Requester, Unauthorized
+from mqgate.core.browse import open_browser
 from mqgate.core.capture import (
     CAPTURE_MATCH, DRAIN_INTERVAL, CaptureBounds, CaptureConfig, CaptureForbidden,
     CaptureRefused, Captures)
@@ -270,3 +271,35 @@ def test_producer_to_a_flooded_capture_never_blocks():
     for _ in range(200):
         producer.send(BrokerMessage(b"x"))
         assert not producer.blocked
+
+
+def test_use_sink_moves_every_subscription():
+    """The index taking over (use_sink) gets the copies of subscriptions made before,
+    those restored at start among them."""
+    broker, clock, captures, first = setup()
+    captures.install("s", "queue://q", requester=ADMIN)
+    second = RecordingSink()
+    captures.use_sink(second)
+    send(broker, "queue://q", b"x")
+    clock.advance(DRAIN_INTERVAL)
+    assert first.copies == [] and len(second.copies) == 1
+
+
+def test_anonymous_producer_is_captured():
+    """A message sent through an anonymous producer (routed by its to) is copied."""
+    broker, clock, captures, sink = setup()
+    captures.install("s", "queue://q", requester=ADMIN)
+    producer = broker.open_producer(None)
+    producer.send(BrokerMessage(b"anon", to="queue://q"))
+    clock.advance(DRAIN_INTERVAL)
+    assert [c.message.payload for c in sink.copies] == [b"anon"]
+
+
+def test_browsing_the_capture_queue_needs_the_capture_role():
+    """S7.2: a queue browser reads the copies too: refused outside the capture role."""
+    broker, _, captures, _ = setup()
+    sub = captures.install("s", "queue://q", requester=ADMIN)
+    with pytest.raises(Unauthorized, match="security setting on mqgate.capture.#"):
+        open_browser(broker, f"queue://{sub.queue_name}", object(), requester=BOB)
+    assert open_browser(broker, f"queue://{sub.queue_name}", object(),
+                        requester=Requester("studio", groups=("amq",))) is not None

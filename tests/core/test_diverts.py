@@ -5,6 +5,7 @@ import pytest
 from mqgate.core import BrokerMessage, NotAllowed, NotFound
 from mqgate.core.limits import REJECT_NEWEST, Limits
 
+from tests.admin.test_destinations import stored_broker, stored_keys
 from tests.core import consume, make_broker, send
 from tests.core.test_selector_dispatch import Payload
 
@@ -132,3 +133,17 @@ def test_transaction_commit_copies():
     assert broker.would_create("queue", "c")   # nothing copied before the commit
     producer.enqueue_committed(destination, None, message)
     assert broker.queue("c").depth == 1
+
+
+def test_persistent_copy_is_stored_on_its_target():
+    """S7.1: a persistent message's copy on a queue that keeps its messages is stored
+    there (under its own seq), as any message sent there would be."""
+    broker, store, _ = stored_broker()
+    broker.create_queue("orders")
+    broker.create_queue("audit")
+    broker.create_divert("d", "queue://orders", "queue://audit")
+    send(broker, "queue://orders", b"p", durable=True)
+    copy = broker.queue("audit")
+    assert copy.depth == 1
+    assert len(stored_keys(store, "queue://audit")) == 1
+    assert stored_keys(store, "queue://audit") != stored_keys(store, "queue://orders")

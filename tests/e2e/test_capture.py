@@ -154,6 +154,12 @@ def test_install_restart_remove_leave_no_trace(broker_factory, tmp_path, passfil
     cmd_text(broker, passfile, "create", "divert", "-n", "copy", "-d", "queue://kept",
              "-target", "queue://kept.copy")
     assert broker.terminate() == 0
+    # S7.9: the install was audited before it was made, then with its outcome.
+    audit = [json.loads(line) for line in (
+        varhome / "instances" / "mqgate" / "log" / "audit.log").read_text().splitlines()]
+    assert [(r["outcome"], r.get("user")) for r in audit
+            if r["kind"] == "capture.install"] == [("requested", "admin"),
+                                                    ("ok", "admin")]
 
     broker = broker_factory(varhome=varhome, listening=("jms", "httpadmin"))
     figures = capture(broker, passfile, "kept")

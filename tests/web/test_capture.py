@@ -112,7 +112,7 @@ def test_verify_on_broker_finds_a_waiting_original_and_says_why_not(views):
     core.create_queue("orders")
     waiting = BrokerMessage(b"x", message_id="m-1")
     core.open_producer("orders").send(waiting)
-    index.ingest(copy("orders", original_id=str(waiting.seq)))
+    index.ingest(copy("orders", original_id="m-1"))
     index.ingest(copy("orders", original_id="999"))
     index.ingest(copy("orders"))
     index.ingest(copy("prices", kind="topic", original_id="5"))
@@ -194,3 +194,13 @@ def test_times_are_epoch_seconds_or_iso_8601():
     assert parse_time("1970-01-01T01:16:40+01:00") == 1000.0
     with pytest.raises(ValueError):
         parse_time("noon")
+
+
+def test_the_views_and_the_capture_subscriptions_routes_are_apart(views):
+    """/api/capture/... (these views) and /api/captures/NAME (installing captures)
+    are two routes: neither shadows the other."""
+    site = views[0]
+    assert get(site, "/api/capture/status").status == 200
+    response = send(site, "PUT", "/api/captures/tap", body={"address": "orders"},
+                    auth=ADMIN)
+    assert response.status != 500 and "capture" in response.json()["error"]
