@@ -323,10 +323,8 @@ class AdminApi:
     def captures(self, request):
         return self._admin(request, lambda call: self._run(call, "list", "capture"))
 
-    # Not "capture": Klein calls a route's method by its name, and the capture views'
-    # route below is called that (one name for both sent PUT /api/captures/N there).
     @app.route("/api/captures/<rest:_name>", methods=["GET", "PUT", "DELETE"])
-    def capture_subscription(self, request, _name):
+    def capture(self, request, _name):
         # PUT installs (a body {"address": ..., "filter": ..., "bounds": {...}});
         # installing and removing need capture:write, else 403 (S7.9).
         def run(call):

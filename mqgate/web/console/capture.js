@@ -18,6 +18,13 @@ const CapturePage = (() => {
     return m.truncated ? `${text} [truncated]` : text;
   }
 
+  // A topic's row says what capture cannot tell (which subscriptions got it).
+  function addressCell(m) {
+    const td = cell(m.address);
+    if (m.note) td.append(el("div", {class: "muted note", text: m.note}));
+    return td;
+  }
+
   function unavailable(e) {
     const box = document.getElementById("cap-unavailable");
     box.textContent = e.status === 404
@@ -64,7 +71,7 @@ const CapturePage = (() => {
       row = el("tr", {class: "gap"}, el("td", {colspan: 6,
         text: `${line.count} messages not shown here (${line.reason || "missed"})`}));
     } else {
-      row = el("tr", {"data-id": line.id}, cell(time(line.captured_at)), cell(line.address),
+      row = el("tr", {"data-id": line.id}, cell(time(line.captured_at)), addressCell(line),
         cell(line.message_id), cell(line.correlation_id), cell(line.reply_to),
         cell(body(line)));
     }
@@ -146,7 +153,7 @@ const CapturePage = (() => {
     try {
       const found = await Api.call(`/api/capture/messages?${query}`);
       const rows = found.messages.map((m) =>
-        el("tr", {}, cell(time(m.captured_at)), cell(m.address), cell(m.message_id),
+        el("tr", {}, cell(time(m.captured_at)), addressCell(m), cell(m.message_id),
            cell(m.correlation_id), cell(body(m)), verifyCell(m)));
       if (before === null) fillTable(table, rows, "no captured messages match");
       else table.tBodies[0].append(...rows);
