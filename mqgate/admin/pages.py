@@ -22,8 +22,8 @@ from mqgate.core.addresses import QUEUE, TOPIC
 from mqgate.metrics.snapshot import (
     broker_snapshot, destination_snapshot, egress_snapshot)
 
-__all__ = ["RateBook", "destination_page", "page_arguments", "overview", "LatestReading",
-           "OverviewRates", "MAX_LIMIT"]
+__all__ = ["RateBook", "destination_page", "page_arguments", "overview",
+           "LatestReading", "OverviewRates", "MAX_LIMIT"]
 
 #: The longest page: enough for a screen, small enough to stay cheap.
 MAX_LIMIT = 500
@@ -145,7 +145,7 @@ def destination_page(broker, rates, now, *, kind=None, text="", offset=0,
     return {"total": len(names), "offset": offset, "limit": limit, "destinations": rows}
 
 
-# -- the overview ------------------------------------------------------------------------
+# -- the overview ------------------------------------------------------------------
 
 
 def overview(context):

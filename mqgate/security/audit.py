@@ -323,8 +323,8 @@ class AuditingAuthenticator:
 
         def ok(principal):
             if not self._repeated((principal.name, source, service)):
-                audit.record("authentication", "ok", user=principal.name, address=source,
-                             service=service, mechanism=mechanism)
+                audit.record("authentication", "ok", user=principal.name,
+                             address=source, service=service, mechanism=mechanism)
             return principal
 
         def failed(failure):

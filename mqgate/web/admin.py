@@ -402,7 +402,7 @@ class AdminApi:
         return _error(request, status, getattr(error, "description", None) or
                       "the request cannot be answered")
 
-    # -- the console's reads -------------------------------------------------------------
+    # -- the console's reads ----------------------------------------------------------
 
     def _page(self, call, args):
         """One page of destinations (L{mqgate.admin.pages}), as a command's reply."""

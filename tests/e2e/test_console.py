@@ -31,7 +31,8 @@ WAIT = 15_000
 
 
 def _playwright():
-    required = os.environ.get("MQGATE_REQUIRE_CHROMIUM") == "1" or bool(os.environ.get("CI"))
+    required = (os.environ.get("MQGATE_REQUIRE_CHROMIUM") == "1"
+                or bool(os.environ.get("CI")))
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -13,7 +13,6 @@ from twisted.python.failure import Failure
 from mqgate.admin.pages import LatestReading, RateBook, destination_page, page_arguments
 from mqgate.admin.requests import AdminContext, AdminRequests, BadRequest
 from mqgate.admin.commands import admin_commands
-from mqgate.core import BrokerMessage
 from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import ProfileTable
 from mqgate.egress.slowness import LoadFactor
@@ -69,7 +68,8 @@ def test_only_the_page_is_measured_at_ten_thousand_destinations(core):
     page = destination_page(counting, RateBook(), clock.seconds(), text="ORDERS",
                             offset=100, limit=50)
     assert page["total"] == 5000
-    assert [d["name"] for d in page["destinations"]][:2] == ["orders.00201", "orders.00203"]
+    names = [d["name"] for d in page["destinations"]]
+    assert names[:2] == ["orders.00201", "orders.00203"]
     assert len(page["destinations"]) == 50
     assert counting.looked_up == 50
 
@@ -164,7 +164,7 @@ def test_a_page_over_http(core):
     assert send(site, "GET", "/api/destinations?limit=5").status == 401
 
 
-# -- the overview and its stream ---------------------------------------------------------
+# -- the overview and its stream ---------------------------------------------------
 
 
 def test_overview_has_memory_state_load_factor_and_egress(core):
@@ -310,7 +310,7 @@ def test_nothing_but_the_console_files_is_served(core, path):
     assert b"import" not in response.body
 
 
-# -- logins over HTTP in the audit trail ---------------------------------------------------
+# -- logins over HTTP in the audit trail -------------------------------------------
 
 
 class Succeeding:
