@@ -597,7 +597,9 @@ def build_broker(settings, reactor):
         context.metrics.services[name] = services[-1]
     control.services = [portmapper, *services, *web_services]
     PingService(settings["mqgate.ping.interval"], services, reactor).setServiceParent(top)
-    LoadFactorService.from_settings(settings, egress, reactor).setServiceParent(top)
+    load_watch = LoadFactorService.from_settings(settings, egress, reactor)
+    load_watch.setServiceParent(top)
+    context.metrics.load_factor = load_watch.load_factor   # the console's overview
     memory_watch.setServiceParent(top)
     MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
                       settings["mqgate.metrics.enabled"]).setServiceParent(top)
@@ -639,6 +641,10 @@ def _capture(settings, broker, reactor):
     return captures
 
 
+#: How long after a recorded HTTP admin login the same one goes unrecorded (seconds).
+HTTP_LOGIN_QUIET_SECONDS = 300.0
+
+
 def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests,
                        authenticator, access, audit, **_):
     """The HTTP admin API on service C{name} (S11.2): the admin service's commands and
@@ -653,8 +659,11 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
             heartbeat=settings["mqgate.capture.tail.heartbeat"],
             max_readers=settings["mqgate.capture.tail.max_readers"],
             max_backlog=settings["mqgate.capture.tail.backlog"])
+    # Every HTTP request logs in: the trail records a user's first login from an
+    # address, not one per request of a console polling the API.
+    authenticator = authenticator.quiet_repeats(reactor, HTTP_LOGIN_QUIET_SECONDS)
     api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
-                   audit=audit, health=broker_health(top), capture=capture)
+                   audit=audit, health=broker_health(top), capture=capture, clock=reactor)
     return web_service(
         name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
         api.resource(), transport=transport, kind="ADMIN", registry=registry,

@@ -61,6 +61,8 @@ class MetricsSources:
     @ivar store: the message store (anything with a C{stats} dict), or C{None}.
     @ivar connections: the broker's L{ConnectionRegistry}, the same object as
         L{mqgate.net.control.BrokerControl}'s: the one count of open connections.
+    @ivar load_factor: the egress buffer's L{mqgate.egress.slowness.LoadFactor}
+        (S9.6), as its watch last updated it, or C{None}.
     """
 
     clock: object
@@ -69,6 +71,7 @@ class MetricsSources:
     pools: dict = field(default_factory=dict)
     store: object = None
     connections: ConnectionRegistry = field(default_factory=ConnectionRegistry)
+    load_factor: object = None
 
 
 # -- destinations --------------------------------------------------------------------

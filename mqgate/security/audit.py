@@ -274,6 +274,10 @@ class AuditTrail(service.Service):
         self._sink.close()
 
 
+#: Logins whose quiet time L{AuditingAuthenticator} remembers before it sweeps.
+_MAX_QUIET_KEYS = 10_000
+
+
 class AuditingAuthenticator:
     """An L{mqgate.security.auth.IAuthenticator} that records each login's outcome (kind C{authentication})
     and passes it on unchanged. Wraps the outermost authenticator (the login guard),
@@ -286,9 +290,21 @@ class AuditingAuthenticator:
     this one for L{NO_AUDIT}, and must not find it half-initialised.)
     """
 
-    def __init__(self, authenticator, audit):
+    def __init__(self, authenticator, audit, *, clock=None, quiet_repeats=0):
         self._authenticator = authenticator
         self._audit = audit
+        self._clock = clock
+        self._quiet_repeats = quiet_repeats
+        self._recorded_at = {}   # (user, address, service) -> when its ok was recorded
+
+    def quiet_repeats(self, clock, seconds):
+        """The same logins, audited alike except that a successful login is not
+        recorded again for C{seconds} after one by the same user from the same
+        address on the same service was; a failure is always recorded, and ends the
+        quiet time. For HTTP, where every request of a console or a script logs in
+        again: its first login is in the trail, not one per request."""
+        return AuditingAuthenticator(self._authenticator, self._audit, clock=clock,
+                                     quiet_repeats=seconds)
 
     def __getattr__(self, name):
         # Anything else the wrapped authenticator offers (counters for admin, say).
@@ -306,8 +322,9 @@ class AuditingAuthenticator:
         audit = self._audit
 
         def ok(principal):
-            audit.record("authentication", "ok", user=principal.name, address=source,
-                         service=service, mechanism=mechanism)
+            if not self._repeated((principal.name, source, service)):
+                audit.record("authentication", "ok", user=principal.name,
+                             address=source, service=service, mechanism=mechanism)
             return principal
 
         def failed(failure):
@@ -318,6 +335,25 @@ class AuditingAuthenticator:
                 reason = type(error).__name__
             audit.record("authentication", "failed", user=username, address=source,
                          service=service, mechanism=mechanism, reason=reason)
+            self._recorded_at.pop((username, source, service), None)
             return failure
 
         return d.addCallbacks(ok, failed)
+
+    def _repeated(self, key):
+        """Whether an ok login of C{key} falls in the quiet time of one recorded
+        (and, when it does not, that this one is recorded now)."""
+        if not self._quiet_repeats:
+            return False
+        now = self._clock.seconds()
+        recorded = self._recorded_at.get(key)
+        if recorded is not None and now - recorded < self._quiet_repeats:
+            return True
+        if len(self._recorded_at) >= _MAX_QUIET_KEYS:
+            # Many users and addresses: forget the quiet times that are over.
+            self._recorded_at = {k: t for k, t in self._recorded_at.items()
+                                 if now - t < self._quiet_repeats}
+            if len(self._recorded_at) >= _MAX_QUIET_KEYS:
+                self._recorded_at.clear()
+        self._recorded_at[key] = now
+        return False

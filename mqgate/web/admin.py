@@ -12,6 +12,9 @@ or C{{"error": "why", "status": N}}.
     GET    /api/services                           list svc
     GET    /api/services/NAME                      query svc -n NAME
     GET    /api/destinations[?type=queue|topic]    list dst [-t q|t]
+    GET    /api/destinations?offset=&limit=&filter=[&type=]
+                                                   one page, filtered by name, with
+                                                   rates (L{mqgate.admin.pages})
     GET    /api/destinations/TYPE/NAME             query dst -t q|t -n NAME
     PUT    /api/destinations/TYPE/NAME  {props}    create dst ... -o p=v... (or update
                                                    dst ..., when it exists)
@@ -31,6 +34,12 @@ or C{{"error": "why", "status": N}}.
     GET    /api/client-profiles                    show client-profile *
     GET    /api/client-profiles/NAME               show client-profile NAME
     POST   /api/reload[/NAME]                      reload all | reload NAME
+    GET    /api/overview                           the broker's figures, egress
+                                                   queues, memory state, load factor
+    GET    /api/stream/metrics[?interval=SECONDS]  the same with message rates, one
+                                                   JSON line every interval (NDJSON)
+    GET    /console/...                            the web console's files (no login:
+                                                   they hold no data; L{console})
     GET    /api/capture/...                        the capture views (S7.6), served by
                                                    L{mqgate.web.capture} once logged in
     GET    /metrics                                Prometheus text (when the broker
@@ -46,7 +55,10 @@ authenticator, as a client of the service (the login guard's throttling and the 
 of logins apply), and must be allowed on it as an ADMIN service (the admin group, or
 the access control rules): 401 with a C{WWW-Authenticate} challenge for no or wrong
 credentials, 403 for a user who may not. There are no cookies and no sessions, so
-no cross-site request can borrow a login. Each command is audited (kind C{admin}).
+no cross-site request can borrow a login. Each command that changes something is
+audited (kind C{admin}); reads are not, so that a console or a script polling the API
+does not bury the changes in the trail (the login of each request is audited as the
+broker's audit trail says: L{mqgate.security.audit.AuditingAuthenticator}).
 """
 
 import base64
@@ -61,12 +73,16 @@ from twisted.web.resource import Resource
 from werkzeug.routing import PathConverter
 
 from mqgate.admin.options import destination_type
+from mqgate.admin.pages import (
+    LatestReading, OverviewRates, RateBook, destination_page, overview, page_arguments)
 from mqgate.admin.requests import (
     NOT_FOUND, OK, AdminError, AdminRequest, BadRequest, Reply, dispatch)
 from mqgate.errors import printable
 from mqgate.security.audit import NO_AUDIT
 from mqgate.security.auth import AuthenticationFailed
 from mqgate.security.guard import LoginBusy
+from mqgate.web.console import console_resource
+from mqgate.web.ndjson import stream_readings
 from mqgate.web.site import json_body
 
 __all__ = ["AdminApi", "HttpError", "basic_credentials", "broker_health"]
@@ -76,7 +92,14 @@ CHALLENGE = b'Basic realm="mqgate admin", charset="UTF-8"'
 _JSON = b"application/json; charset=utf-8"
 _TYPE_WORDS = {"queue": "q", "topic": "t"}
 _DESTINATION_ACTIONS = ("purge", "pause", "resume")
+_READS = (b"GET", b"HEAD")
 _EMPTY = object()   # a request without a body, told apart from a JSON null
+_PAGE_ARGUMENTS = ("type", "offset", "limit", "filter")
+#: A live stream's interval, seconds: the default, and the bounds a client may ask.
+STREAM_INTERVAL = 1.0
+_STREAM_INTERVALS = (0.5, 60.0)
+#: A live stream ends after this many seconds; the console opens the next at once.
+STREAM_MAX_SECONDS = 600.0
 
 
 class HttpError(Exception):
@@ -143,6 +166,8 @@ class AdminApi:
     @param health: C{() -> (ok, why)} for C{/healthz}.
     @param capture: the resource of the capture views (L{mqgate.web.capture}), or
         None when the broker keeps no capture index.
+    @param clock: an C{IReactorTime} for the rates and the live streams (the
+        reactor when not given).
     """
 
     app = Klein()
@@ -152,8 +177,14 @@ class AdminApi:
     log = Logger()
 
     def __init__(self, requests, authenticator, *, access=None, service="httpadmin",
-                 audit=NO_AUDIT, health=lambda: (True, None), capture=None):
+                 audit=NO_AUDIT, health=lambda: (True, None), capture=None, clock=None):
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self._clock = clock
+        self._rates = RateBook()
+        self._console = console_resource()
         self._requests = requests
+        self._overview = LatestReading(lambda: overview(requests.context))
         self._capture = capture
         self._authenticator = authenticator
         self._access = access
@@ -185,10 +216,37 @@ class AdminApi:
     @app.route("/api/destinations", methods=["GET"])
     def destinations(self, request):
         def run(call):
-            kind = _query(request, ("type",)).get("type")
+            args = _query(request, _PAGE_ARGUMENTS)
+            if set(args) - {"type"}:
+                return self._page(call, args)
+            kind = args.get("type")
             words = [] if kind is None else ["-t", _type_word(kind)]
             return self._run(call, "list", "dst", *words)
         return self._admin(request, run)
+
+    @app.route("/api/overview", methods=["GET"])
+    def overview(self, request):
+        def run(call):
+            call.command = "overview"
+            return Reply("overview", overview(self._requests.context))
+        return self._admin(request, run)
+
+    @app.route("/api/stream/metrics", methods=["GET"])
+    def metrics_stream(self, request):
+        call = _Call(request, _peer(request))
+        d = self._login(call)
+        d.addCallback(lambda _: self._metrics_stream(call))
+        d.addErrback(self._failed, request)
+        return d
+
+    @app.route("/console", methods=["GET"])
+    def console_root(self, request):
+        request.redirect(b"/console/")
+        return b""
+
+    @app.route("/console/", methods=["GET"], branch=True)
+    def console(self, request):
+        return self._console
 
     @app.route("/api/destinations/<rest:_rest>",
                methods=["GET", "PUT", "DELETE", "POST"])
@@ -344,6 +402,38 @@ class AdminApi:
         return _error(request, status, getattr(error, "description", None) or
                       "the request cannot be answered")
 
+    # -- the console's reads ----------------------------------------------------------
+
+    def _page(self, call, args):
+        """One page of destinations (L{mqgate.admin.pages}), as a command's reply."""
+        kind, text, offset, limit = page_arguments(args)
+        call.command = f"page dst offset={offset} limit={limit}"
+        if kind is not None:
+            kind = "queue" if _type_word(kind) == "q" else "topic"
+        page = destination_page(self._requests.context.broker, self._rates,
+                                self._clock.seconds(), kind=kind, text=text,
+                                offset=offset, limit=limit)
+        return defer.succeed(Reply("page", page))
+
+    def _metrics_stream(self, call):
+        request = call.request
+        try:
+            interval = _interval(_query(request, ("interval",)).get("interval"))
+        except AdminError as e:
+            raise HttpError(e.status, str(e)) from None
+        self.log.info("metrics stream over HTTP for {user} from {peer}",
+                      user=call.principal.name, peer=call.peer)
+        readings = OverviewRates(self._overview)
+        d = stream_readings(request, self._clock, readings.reading, interval,
+                            STREAM_MAX_SECONDS)
+        return d.addErrback(self._stream_failed, request)
+
+    def _stream_failed(self, failure, request):
+        if failure.check(defer.CancelledError):
+            return b""
+        self.log.failure("the metrics stream over HTTP failed", failure)
+        return b""
+
     # -- destinations -----------------------------------------------------------------
 
     def _destination(self, call, request):
@@ -410,11 +500,17 @@ class AdminApi:
     def _answer(self, reply, call):
         user = call.principal.name
         command = call.command or _describe(call.request)
-        self.log.info("admin request {request} over HTTP from {user}: {status}",
-                      request=printable(command), user=user, status=reply.status)
-        self._audit.record("admin", "ok" if reply.status == OK else "failed", user=user,
-                           address=call.peer, service=self._service, command=command,
-                           status=reply.status)
+        if call.request.method in _READS:
+            # A read changes nothing: no audit record, and the log line is a debug
+            # one, or a console polling every few seconds would fill both.
+            self.log.debug("admin read {request} over HTTP from {user}: {status}",
+                           request=printable(command), user=user, status=reply.status)
+        else:
+            self.log.info("admin request {request} over HTTP from {user}: {status}",
+                          request=printable(command), user=user, status=reply.status)
+            self._audit.record("admin", "ok" if reply.status == OK else "failed",
+                               user=user, address=call.peer, service=self._service,
+                               command=command, status=reply.status)
         if reply.status == OK:
             return _json(call.request, OK, reply.data if reply.data is not None
                          else {"text": reply.text})
@@ -578,6 +674,20 @@ def _query(request, allowed):
         except UnicodeDecodeError:
             raise BadRequest(f"query parameter {name!r} is not UTF-8") from None
     return found
+
+
+def _interval(text):
+    """A live stream's interval in seconds, from its query parameter (or None)."""
+    if text is None:
+        return STREAM_INTERVAL
+    low, high = _STREAM_INTERVALS
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise BadRequest(f"interval={text}: give seconds from {low:g} to {high:g}")
+    return value
 
 
 def _type_word(kind):

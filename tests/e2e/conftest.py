@@ -76,3 +76,12 @@ def passfile(tmp_path_factory):
     path.write_text("imq.imqcmd.password=admin\n", encoding="utf-8")
     path.chmod(0o600)   # a password file others can read is refused (S4.6)
     return path
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item (C{item.rep_call} ...), so that a
+    fixture's teardown can tell a failed test (the console's screenshots)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)

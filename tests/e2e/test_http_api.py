@@ -523,10 +523,12 @@ def test_no_route_but_healthz_serves_a_stranger_or_a_non_admin(broker):
     assert call(broker, "DELETE", path)[0] == 200
 
 
-def test_requests_and_logins_are_audited(broker):
-    """A command over HTTP is an admin record and a failed login an authentication
-    record in the audit file, both naming the httpadmin service."""
+def test_changes_and_logins_are_audited_reads_are_not(broker):
+    """A change over HTTP is an admin record and a failed login an authentication
+    record in the audit file, both naming the httpadmin service; a read is none, so
+    polling the API does not fill the trail."""
     call(broker, "GET", "/api/client-profiles/default")
+    call(broker, "PUT", "/api/destinations/queue/audited.here", {})
     call(broker, "GET", "/api/client-profiles/default", password="nope")
     path = broker.varhome / "instances" / "mqgate" / "log" / "audit.log"
 
@@ -535,12 +537,16 @@ def test_requests_and_logins_are_audited(broker):
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
 
+    def kinds():
+        return {(r.get("kind", r.get("event")), r.get("outcome"), r.get("command"))
+                for r in records() if r.get("service") == "httpadmin"}
+
     def found():
-        kinds = {(r.get("kind", r.get("event")), r.get("outcome"), r.get("command"))
-                 for r in records() if r.get("service") == "httpadmin"}
-        return (("admin", "ok", "show client-profile default") in kinds and
-                ("authentication", "failed", None) in kinds)
+        return (("admin", "ok", "create dst -t q -n audited.here") in kinds() and
+                ("authentication", "failed", None) in kinds())
     wait_until(found, TIMEOUT, f"the audit records in {path}")
+    assert ("admin", "ok", "show client-profile default") not in kinds()
+    assert call(broker, "DELETE", "/api/destinations/queue/audited.here")[0] == 200
 
 
 def test_healthz_needs_no_login_and_metrics_does(broker):

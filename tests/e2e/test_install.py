@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,18 @@ def test_wheel_carries_the_shipped_configuration_and_the_unit(installed):
         assert (share / name).read_text() == (REPO_ROOT / "etc" / name).read_text()
 
 
+def test_wheel_carries_the_web_console(installed):
+    """The web console's files are in the installed package, every one the checkout
+    has: the broker serves them from there (mqgate.web.console.CONSOLE_DIR)."""
+    where = Path(run([installed / "bin" / "python", "-c",
+                      "from mqgate.web.console import CONSOLE_DIR; print(CONSOLE_DIR)"],
+                     cwd="/").strip())
+    assert str(installed) in str(where)
+    checkout = REPO_ROOT / "mqgate" / "web" / "console"
+    assert sorted(p.name for p in where.iterdir()) == sorted(
+        p.name for p in checkout.iterdir())
+
+
 def test_installed_broker_listens_where_make_run_does(installed_broker):
     """From an empty directory the installed broker listens on 5672 (AMQP and STOMP),
     61613 (STOMP) and 7676 (port mapper) on loopback, keeps its data in ./var and says
@@ -150,6 +163,10 @@ def test_installed_broker_listens_where_make_run_does(installed_broker):
     banner = broker.wait_for_line(r"starting: .*log to (.*)").group(1)
     assert banner == f"the console (stdout) and {var / 'log' / 'log.txt'}"
     assert (var / "etc" / "passwd").exists() and (var / "log" / "log.txt").exists()
+
+    console = urllib.request.urlopen(
+        f"http://127.0.0.1:{ports['httpadmin']}/console/", timeout=10).read()
+    assert b"<title>mqgate console</title>" in console
 
     table = read_port_mapper(("127.0.0.1", 7676))
     assert b"\njms tcp NORMAL 5672" in table and b"\nstomp tcp NORMAL 61613" in table

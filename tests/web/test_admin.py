@@ -292,18 +292,29 @@ def test_no_cookie_is_ever_set(site):
         assert "set-cookie" not in response.headers
 
 
-def test_each_command_is_audited_as_an_admin_request(site, audit, recorder):
-    """Every command run is one audit record of kind admin, with user and status."""
-    send(site, "GET", "/api/services/jms", auth=ADMIN)
-    recorder.answers[("query", "bkr")] = AdminError("broken")
-    send(site, "GET", "/api/broker", auth=ADMIN)
+def test_each_change_is_audited_as_an_admin_request(site, audit, recorder):
+    """Every command that changes something is one audit record of kind admin, with
+    user and status."""
+    send(site, "POST", "/api/destinations/queue/orders/purge", auth=ADMIN)
+    recorder.answers[("destroy", "cxn")] = AdminError("broken")
+    send(site, "DELETE", "/api/connections/12", auth=ADMIN)
     assert audit.records == [
         ("admin", "ok", {"user": "admin", "address": "127.0.0.1",
-                         "service": "httpadmin", "command": "query svc -n jms",
-                         "status": 200}),
+                         "service": "httpadmin",
+                         "command": "purge dst -t q -n orders", "status": 200}),
         ("admin", "failed", {"user": "admin", "address": "127.0.0.1",
-                             "service": "httpadmin", "command": "query bkr",
+                             "service": "httpadmin", "command": "destroy cxn -n 12",
                              "status": 500})]
+
+
+def test_reads_are_not_audited(site, audit, recorder):
+    """A read changes nothing: a console polling the API leaves no audit records."""
+    for _ in range(3):
+        assert send(site, "GET", "/api/services/jms", auth=ADMIN).status == 200
+    recorder.answers[("query", "bkr")] = AdminError("broken")
+    assert send(site, "GET", "/api/broker", auth=ADMIN).status == 500
+    assert len(recorder.words) == 4
+    assert audit.records == []
 
 
 @pytest.mark.parametrize("method, path, status", [
