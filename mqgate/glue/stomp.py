@@ -50,7 +50,7 @@ from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
-    REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
+    REDELIVERED, UNMAPPED_HEADER, RenderLimits, message_to_headers, send_to_message,
 )
 from mqgate.security.access import BROWSE, CONSUME
 from mqgate.stomp.events import (
@@ -496,9 +496,14 @@ class StompBrokerSession(BrokerSession):
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
 
     def _message_of(self, event):
-        encoded = frame_to_message(event.destination, event.headers, event.body)
+        encoded, (headers, body) = send_to_message(
+            event.destination, event.headers, event.body, self.config.render_limits)
         # Encoded here, by us: no arrival check of its sections needed.
-        return broker_message(encoded, self.clock)
+        message = broker_message(encoded, self.clock)
+        # Its MESSAGE frames' headers, made in the same pass: a message from STOMP to
+        # STOMP is not read back from its AMQP form (design rule 2).
+        message.rendered = (HeaderBlock(headers), body)
+        return message
 
     def _publish(self, event):
         self._check_size(event)

@@ -39,7 +39,7 @@ from mqgate.amqp.types import Described, Symbol, Timestamp, UInt, UByte
 from mqgate.errors import ProtocolError
 
 __all__ = ["REDELIVERED", "RenderLimits", "UNMAPPED_HEADER", "frame_to_message",
-           "message_to_headers", "MappingError"]
+           "message_to_headers", "send_to_message", "MappingError"]
 
 # Headers that steer the frame itself, never copied into the message.
 _FRAME_HEADERS = frozenset((
@@ -84,6 +84,39 @@ def frame_to_message(destination, headers, body):
     @return: an L{EncodedMessage} (its bytes and routing fields).
     @raise MappingError: a mapped header has a value AMQP cannot take.
     """
+    return _frame_to_message(destination, headers, body)[0]
+
+
+def send_to_message(destination, headers, body, limits=None):
+    """The AMQP message of a STOMP SEND and, made in the same pass over its headers,
+    the headers and body its MESSAGE frames carry: what L{message_to_headers} would
+    read back from the AMQP form, without reading it back (a message from STOMP to
+    STOMP is converted once, design rule 2).
+
+    @param limits: the L{RenderLimits} of the rendering.
+    @return: C{(encoded, (headers, body))}; the body is a view of the message's bytes.
+    @raise MappingError: as L{frame_to_message}.
+    """
+    encoded, seen, app = _frame_to_message(destination, headers, body)
+    out = _Headers(limits or DEFAULT_RENDER_LIMITS)
+    _mapped_headers(out, encoded.properties, encoded.header, 0, None, None)
+    for key, value in app.items():   # strings all: no decoding, no stepping over
+        if out.full:
+            out.leave_out("application-properties")
+            break
+        if key and _carriable(key):
+            out.add(key, value)
+        else:
+            out.leave_out(_part_name(key), _PROPERTY_COST)
+    data = encoded.data
+    # The data section is the message's last: its binary value ends the bytes.
+    view = memoryview(data)[len(data) - len(body):] if body else b""
+    return encoded, (out.finish(), view)
+
+
+def _frame_to_message(destination, headers, body):
+    """L{frame_to_message}, and the first value of each header (C{seen}) and the
+    application properties (C{app}) it was made from."""
     seen = {}
     app = {}
     for name, value in headers:
@@ -108,8 +141,9 @@ def frame_to_message(destination, headers, body):
         content_type=_content_type(seen.get("content-type")),
         absolute_expiry_time=Timestamp(_int_header("expires", expires, 0, 2**62))
         if expires and expires != "0" else None)
-    return build_message(bytes(body), header=header, properties=properties,
-                         application_properties=app or None)
+    encoded = build_message(bytes(body), header=header, properties=properties,
+                            application_properties=app or None)
+    return encoded, seen, app
 
 
 def _text(value):
@@ -564,10 +598,17 @@ def message_to_headers(encoded, delivery_count=0, limits=DEFAULT_RENDER_LIMITS):
 
 
 def _map_message(encoded, delivery_count, headers):
-    props = encoded.properties
-    header = encoded.header
     body, content_type, transformation = _body(encoded, headers)
     headers.body = body
+    _mapped_headers(headers, encoded.properties, encoded.header, delivery_count,
+                    content_type, transformation)
+    _application_properties(encoded, headers)
+
+
+def _mapped_headers(headers, props, header, delivery_count, content_type,
+                    transformation):
+    """The headers mapped from the header and properties sections, in their order
+    (the application properties follow them)."""
     content_type = props.content_type or content_type
     if content_type:
         headers.add("content-type", content_type, "properties.content-type")
@@ -584,9 +625,8 @@ def _map_message(encoded, delivery_count, headers):
         headers.add("expires", int(props.absolute_expiry_time),
                     "properties.absolute-expiry-time")
     if header.priority != 4:
-        headers.add("priority", header.priority, "header.priority")
+        headers.add("priority", int(header.priority), "header.priority")
     if header.durable:
         headers.items.append(("persistent", "true"))
     if delivery_count:
         headers.items.append(REDELIVERED)
-    _application_properties(encoded, headers)

@@ -25,10 +25,12 @@ __all__ = ["StompServerFactory", "EVENT_BUDGET", "READ_SLICE"]
 #: subscription (about eight SENDs' worth of work: 16 a turn); a COMMIT or ABORT
 #: settles a transaction's frames, counted as four.
 EVENT_BUDGET = EventBudget(128, {Subscribe: 8, Unsubscribe: 8, Commit: 4, Abort: 4})
-#: Bytes of one connection the engine parses per reactor turn: the engine parses all it
-#: is given at once, and 64 KiB of tiny frames (two thousand) take it tens of
-#: milliseconds; 8 KiB take it a few, about what the glue spends on 128 SENDs.
-READ_SLICE = 8 * 1024
+#: Bytes of one connection given to the engine per reactor turn. The engine parses at
+#: most EVENT_BUDGET's frames of them a turn (the rest waits, unparsed, for the next),
+#: so this bounds memory, not work: a 64 KiB read of tiny frames costs a turn what
+#: 128 frames cost, and 4 KiB messages go sixteen a turn (an 8 KiB slice let two
+#: through, and each turn costs a pause and a resume of the socket besides).
+READ_SLICE = 64 * 1024
 
 
 class StompServerFactory(EngineFactory):
@@ -70,7 +72,8 @@ class StompServerFactory(EngineFactory):
                                  heartbeat=self.heartbeat,
                                  limits=FrameLimits(max_body_size=direct,
                                                     max_guaranteed_size=guaranteed),
-                                 max_unauthenticated_bytes=self.max_unauthenticated_bytes)
+                                 max_unauthenticated_bytes=self.max_unauthenticated_bytes,
+                                 frame_budget=EVENT_BUDGET.total)
         glue = StompBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                   self.glue_config, protocol.request_flush,
                                   peer=protocol.peer, pause_reading=protocol.pause_reading,
