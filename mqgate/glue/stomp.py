@@ -50,7 +50,7 @@ from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
-    REDELIVERED, UNMAPPED_HEADER, RenderLimits, message_to_headers, send_to_message,
+    REDELIVERED, UNMAPPED_HEADER, RenderLimits, SectionCache, message_to_headers, send_to_message,
 )
 from mqgate.security.access import BROWSE, CONSUME
 from mqgate.stomp.events import (
@@ -307,6 +307,7 @@ class StompBrokerSession(BrokerSession):
         self._produce = None   # the SENDs' access decisions (S4.5), once logged in
         self._paced = 0        # SENDs since the reading last paused a turn (S2.6)
         self._refresh = set()  # subscriptions whose credit to give back (refresh_later)
+        self._sections = SectionCache()   # what this connection's SENDs share, encoded
 
     def flows(self):
         """See L{BrokerSession.flows}: one consumer per SUBSCRIBE, a producer per
@@ -514,7 +515,8 @@ class StompBrokerSession(BrokerSession):
 
     def _message_of(self, event):
         encoded, (headers, body) = send_to_message(
-            event.destination, event.headers, event.body, self.config.render_limits)
+            event.destination, event.headers, event.body, self.config.render_limits,
+            self._sections)
         # Encoded here, by us: no arrival check of its sections needed.
         message = broker_message(encoded, self.clock)
         # Its MESSAGE frames' headers, made in the same pass: a message from STOMP to
