@@ -423,7 +423,7 @@ class StompConnection:
 
     def _on_send(self, frame, events):
         # The hot path: the three headers the engine needs in one pass, first one wins.
-        destination = transaction = receipt = None
+        destination = transaction = receipt = persistent = None
         for name, value in frame.headers:
             if name == "destination":
                 if destination is None:
@@ -431,11 +431,15 @@ class StompConnection:
             elif name == "receipt":
                 if receipt is None:
                     receipt = value
-            elif name == "transaction" and transaction is None:
-                transaction = value
+            elif name == "transaction":
+                if transaction is None:
+                    transaction = value
+            elif name == "persistent" and persistent is None:
+                persistent = value
         if not destination:
             self._require(frame, "destination")   # raises, naming it
-        events.append(Send(destination, frame.headers, frame.body, transaction, receipt))
+        events.append(Send(destination, frame.headers, frame.body, transaction, receipt,
+                           persistent is not None and persistent.lower() == "true"))
 
     def _on_subscribe(self, frame, events):
         destination = self._require(frame, "destination")

@@ -103,6 +103,17 @@ def test_one_turn_parses_at_most_the_budgets_frames(tmp_path):
     assert not peer.paused
 
 
+def test_persistent_sends_cost_four(tmp_path):
+    """A persistent SEND counts four (a store record, and the consumers' ACKs must keep
+    their share of the turns): a read of 100 acts on 32 in the first turn, the rest
+    after, in order; plain SENDs behind them count one each again."""
+    peer = StompPeer(tmp_path)
+    peer.protocol.dataReceived(sends(0, 100, persistent="TRUE") + sends(100, 20))
+    assert peer.broker.queue("q").held == 32
+    peer.clock.advance(0)
+    assert drained(peer) == [b"m%d" % i for i in range(120)]
+
+
 def test_subscribes_cost_more_of_the_budget(tmp_path):
     """A SUBSCRIBE (a consumer to build) counts eight: a read of 100 acts on 16 of them
     in the first turn."""
