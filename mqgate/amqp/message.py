@@ -24,7 +24,7 @@ from mqgate.amqp.types import Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
 __all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message",
-           "build_message", "encode_message", "Header",
+           "build_message", "finish_message", "encode_message", "Header",
            "Properties", "bare_sections", "check_sections"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
@@ -463,7 +463,7 @@ def build_message(body=None, *, header=None, message_annotations=None, propertie
     out = bytearray()
     if header is not None:
         header.encode(out)
-    annotations = app_span = None
+    annotations = None
     if message_annotations:
         start = len(out)
         out += b"\x00\x53\x72"
@@ -472,6 +472,17 @@ def build_message(body=None, *, header=None, message_annotations=None, propertie
     bare_start = len(out)
     if properties is not None:
         properties.encode(out)
+    return finish_message(out, bare_start, annotations, header, properties,
+                          application_properties, body, body_type)
+
+
+def finish_message(out, bare_start, annotations, header, properties,
+                   application_properties=None, body=None, body_type=None):
+    """The rest of L{build_message}: C{out} holds the header, annotations and properties
+    sections already (encoded by the caller, who may have kept them from an earlier
+    message: a STOMP connection's SENDs often share them); append the application
+    properties and the body, and return the L{EncodedMessage}."""
+    app_span = None
     if application_properties:
         start = len(out)
         out += b"\x00\x53\x74"

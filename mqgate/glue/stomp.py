@@ -50,7 +50,7 @@ from mqgate.errors import ProtocolError
 from mqgate.glue.egress import files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
-    REDELIVERED, UNMAPPED_HEADER, RenderLimits, frame_to_message, message_to_headers,
+    REDELIVERED, UNMAPPED_HEADER, RenderLimits, SectionCache, message_to_headers, send_to_message,
 )
 from mqgate.security.access import BROWSE, CONSUME
 from mqgate.stomp.events import (
@@ -264,8 +264,10 @@ class _Subscription:
                                    delivery_failed=failed)
             else:
                 self.consumer.settle(delivery, outcome, delivery_failed=failed)
-        # Give back the credit the acknowledged messages held (the flow limit, S6.2).
-        self.session.egress.refresh(self)
+        # Give back the credit the acknowledged messages held (the flow limit, S6.2),
+        # once the frames of this turn are done: a read of many ACKs then dispatches
+        # their worth of messages in one go, not one message per ACK.
+        self.session.refresh_later(self)
         return len(ids)
 
 
@@ -304,6 +306,8 @@ class StompBrokerSession(BrokerSession):
         self._session_id = f"mqgate-{next(_session_ids)}"
         self._produce = None   # the SENDs' access decisions (S4.5), once logged in
         self._paced = 0        # SENDs since the reading last paused a turn (S2.6)
+        self._refresh = set()  # subscriptions whose credit to give back (refresh_later)
+        self._sections = SectionCache()   # what this connection's SENDs share, encoded
 
     def flows(self):
         """See L{BrokerSession.flows}: one consumer per SUBSCRIBE, a producer per
@@ -314,8 +318,22 @@ class StompBrokerSession(BrokerSession):
     def next_ack_id(self):
         return f"{self._session_id}-{next(self._ack_ids)}"
 
+    def refresh_later(self, subscription):
+        """Give C{subscription} its credit at the end of the events at hand."""
+        self._refresh.add(subscription)
+
     def handle(self, events):
-        """Act on a list of engine events, in order."""
+        """Act on a list of engine events, in order; then give the subscriptions
+        acknowledged meanwhile their credit back."""
+        try:
+            self._handle(events)
+        finally:
+            while self._refresh:
+                subscription = self._refresh.pop()
+                if self.subscriptions.get(subscription.id) is subscription:
+                    self.egress.refresh(subscription)
+
+    def _handle(self, events):
         for event in events:
             if self.engine.finished:
                 return
@@ -496,9 +514,15 @@ class StompBrokerSession(BrokerSession):
                          f"{self.config.max_message_size} bytes (mqgate.message.max_size)")
 
     def _message_of(self, event):
-        encoded = frame_to_message(event.destination, event.headers, event.body)
+        encoded, (headers, body) = send_to_message(
+            event.destination, event.headers, event.body, self.config.render_limits,
+            self._sections)
         # Encoded here, by us: no arrival check of its sections needed.
-        return broker_message(encoded, self.clock)
+        message = broker_message(encoded, self.clock)
+        # Its MESSAGE frames' headers, made in the same pass: a message from STOMP to
+        # STOMP is not read back from its AMQP form (design rule 2).
+        message.rendered = (HeaderBlock(headers), body)
+        return message
 
     def _publish(self, event):
         self._check_size(event)

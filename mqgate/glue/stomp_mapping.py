@@ -33,13 +33,13 @@ import uuid
 from mqgate.amqp import codec
 from mqgate.amqp import types as t
 from mqgate.amqp.message import (
-    AMQP_SEQUENCE, AMQP_VALUE, DATA, Header, Properties, bare_sections, build_message,
+    AMQP_SEQUENCE, AMQP_VALUE, DATA, Header, Properties, bare_sections, finish_message,
 )
 from mqgate.amqp.types import Described, Symbol, Timestamp, UInt, UByte
 from mqgate.errors import ProtocolError
 
 __all__ = ["REDELIVERED", "RenderLimits", "UNMAPPED_HEADER", "frame_to_message",
-           "message_to_headers", "MappingError"]
+           "message_to_headers", "send_to_message", "MappingError", "SectionCache"]
 
 # Headers that steer the frame itself, never copied into the message.
 _FRAME_HEADERS = frozenset((
@@ -84,6 +84,68 @@ def frame_to_message(destination, headers, body):
     @return: an L{EncodedMessage} (its bytes and routing fields).
     @raise MappingError: a mapped header has a value AMQP cannot take.
     """
+    return _frame_to_message(destination, headers, body)[0]
+
+
+def send_to_message(destination, headers, body, limits=None, cache=None):
+    """The AMQP message of a STOMP SEND and, made in the same pass over its headers,
+    the headers and body its MESSAGE frames carry: what L{message_to_headers} would
+    read back from the AMQP form, without reading it back (a message from STOMP to
+    STOMP is converted once, design rule 2).
+
+    @param limits: the L{RenderLimits} of the rendering.
+    @param cache: the connection's L{SectionCache}, or None.
+    @return: C{(encoded, (headers, body))}; the body is a view of the message's bytes.
+    @raise MappingError: as L{frame_to_message}.
+    """
+    encoded, _seen, app = _frame_to_message(destination, headers, body, cache)
+    out = _Headers(limits or DEFAULT_RENDER_LIMITS)
+    _mapped_headers(out, encoded.properties, encoded.header, 0, None, None)
+    for key, value in app.items():   # strings all: no decoding, no stepping over
+        if out.full:
+            out.leave_out("application-properties")
+            break
+        if key and _carriable(key):
+            out.add(key, value)
+        else:
+            out.leave_out(_part_name(key), _PROPERTY_COST)
+    data = encoded.data
+    # The data section is the message's last: its binary value ends the bytes.
+    view = memoryview(data)[len(data) - len(body):] if body else b""
+    return encoded, (out.finish(), view)
+
+
+class SectionCache:
+    """The encoded header and properties sections of one connection's recent SENDs.
+
+    A producer's SENDs mostly differ only in their bodies and application properties:
+    the same destination, persistence and priority, no message-id. Their header and
+    properties sections are then the same bytes, encoded once and kept here (at most
+    C{limit} kinds; a SEND with a message-id, unique by nature, is not kept).
+    """
+
+    __slots__ = ("limit", "_kept")
+
+    def __init__(self, limit=64):
+        self.limit = limit
+        self._kept = {}
+
+    def sections(self, key, make):
+        """C{(prefix bytes, bare_start, header, properties)} for C{key}, made by
+        C{make()} (which raises for values AMQP cannot take) when not kept."""
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = make()
+            if len(self._kept) >= self.limit:
+                self._kept.clear()
+            self._kept[key] = kept
+        return kept
+
+
+def _frame_to_message(destination, headers, body, cache=None):
+    """L{frame_to_message}, and the first value of each header (C{seen}) and the
+    application properties (C{app}) it was made from; with a L{SectionCache}, the
+    header and properties sections come from it when it has them."""
     seen = {}
     app = {}
     for name, value in headers:
@@ -92,24 +154,42 @@ def frame_to_message(destination, headers, body):
         seen[name] = value
         if name not in _MAPPED:
             app[name] = value
-    header = None
-    durable = seen.get("persistent", "").lower() == "true"
-    priority = seen.get("priority")
-    ttl = seen.get("expiration")
-    if durable or priority is not None or ttl is not None:
-        header = Header(
-            durable=durable,
-            priority=UByte(_int_header("priority", priority, 0, 9)) if priority else 4,
-            ttl=UInt(_int_header("expiration", ttl, 0, 0xFFFFFFFF)) if ttl else None)
-    expires = seen.get("expires")
-    properties = Properties(
-        message_id=seen.get("message-id"), to=destination, subject=seen.get("subject"),
-        reply_to=seen.get("reply-to"), correlation_id=seen.get("correlation-id"),
-        content_type=_content_type(seen.get("content-type")),
-        absolute_expiry_time=Timestamp(_int_header("expires", expires, 0, 2**62))
-        if expires and expires != "0" else None)
-    return build_message(bytes(body), header=header, properties=properties,
-                         application_properties=app or None)
+    get = seen.get
+    durable = get("persistent", "").lower() == "true"
+
+    def make():
+        priority = get("priority")
+        ttl = get("expiration")
+        header = None
+        if durable or priority is not None or ttl is not None:
+            header = Header(
+                durable=durable,
+                priority=UByte(_int_header("priority", priority, 0, 9)) if priority else 4,
+                ttl=UInt(_int_header("expiration", ttl, 0, 0xFFFFFFFF)) if ttl else None)
+        expires = get("expires")
+        properties = Properties(
+            message_id=get("message-id"), to=destination, subject=get("subject"),
+            reply_to=get("reply-to"), correlation_id=get("correlation-id"),
+            content_type=_content_type(get("content-type")),
+            absolute_expiry_time=Timestamp(_int_header("expires", expires, 0, 2**62))
+            if expires and expires != "0" else None)
+        out = bytearray()
+        if header is not None:
+            header.encode(out)
+        bare_start = len(out)
+        properties.encode(out)
+        return bytes(out), bare_start, header, properties
+
+    if cache is None or "message-id" in seen:
+        prefix, bare_start, header, properties = make()
+    else:
+        prefix, bare_start, header, properties = cache.sections(
+            (destination, durable, get("priority"), get("expiration"), get("expires"),
+             get("subject"), get("reply-to"), get("correlation-id"), get("content-type")),
+            make)
+    encoded = finish_message(bytearray(prefix), bare_start, None, header, properties,
+                             app or None, bytes(body))
+    return encoded, seen, app
 
 
 def _text(value):
@@ -564,10 +644,17 @@ def message_to_headers(encoded, delivery_count=0, limits=DEFAULT_RENDER_LIMITS):
 
 
 def _map_message(encoded, delivery_count, headers):
-    props = encoded.properties
-    header = encoded.header
     body, content_type, transformation = _body(encoded, headers)
     headers.body = body
+    _mapped_headers(headers, encoded.properties, encoded.header, delivery_count,
+                    content_type, transformation)
+    _application_properties(encoded, headers)
+
+
+def _mapped_headers(headers, props, header, delivery_count, content_type,
+                    transformation):
+    """The headers mapped from the header and properties sections, in their order
+    (the application properties follow them)."""
     content_type = props.content_type or content_type
     if content_type:
         headers.add("content-type", content_type, "properties.content-type")
@@ -584,9 +671,8 @@ def _map_message(encoded, delivery_count, headers):
         headers.add("expires", int(props.absolute_expiry_time),
                     "properties.absolute-expiry-time")
     if header.priority != 4:
-        headers.add("priority", header.priority, "header.priority")
+        headers.add("priority", int(header.priority), "header.priority")
     if header.durable:
         headers.items.append(("persistent", "true"))
     if delivery_count:
         headers.items.append(REDELIVERED)
-    _application_properties(encoded, headers)

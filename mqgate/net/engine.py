@@ -81,14 +81,18 @@ class EventBudget:
 
     @ivar total: what one turn may spend.
     @ivar costs: what an event costs, by its type (1 unless named: those that make the
-        broker build or tear down something, a consumer say, cost more).
+        broker build or tear down something, a consumer say, cost more): a number, or
+        a function of the event giving one.
     """
 
     def __init__(self, total, costs=None):
         self.total = total
         self.costs = dict(costs or {})
         # Fewer events than this fit whatever they are: no need to look at each.
-        self._surely_fits = total // max(self.costs.values(), default=1)
+        self._surely_fits = total // max(
+            (cost for cost in self.costs.values() if type(cost) is int), default=1)
+        if any(type(cost) is not int for cost in self.costs.values()):
+            self._surely_fits = 0   # a cost known only from the event: count each
 
     def end(self, events, start):
         """Where the turn that hands over C{events} from C{start} stops (exclusive)."""
@@ -97,7 +101,9 @@ class EventBudget:
             return n
         costs, spent, i = self.costs, 0, start
         while i < n and spent < self.total:
-            spent += costs.get(type(events[i]), 1)
+            event = events[i]
+            cost = costs.get(type(event), 1)
+            spent += cost if type(cost) is int else cost(event)
             i += 1
         return i
 

@@ -14,21 +14,32 @@ from mqgate.net.engine import EngineFactory, EventBudget
 from mqgate.net.tls import certificate_user_of
 from mqgate.security.auth import LoginPolicy
 from mqgate.stomp.connection import DEFAULT_UNAUTHENTICATED_BYTES, StompConnection
-from mqgate.stomp.events import Abort, Commit, Subscribe, Unsubscribe
+from mqgate.stomp.events import Abort, Commit, Send, Subscribe, Unsubscribe
 from mqgate.stomp.frames import FrameLimits
 
 __all__ = ["StompServerFactory", "EVENT_BUDGET", "READ_SLICE"]
+
+
+def _send_cost(event):
+    return 4 if event.persistent else 1
+
 
 #: Frames of one connection acted on per reactor turn (S10.4). 64 KiB of small SENDs
 #: are two thousand frames, tens of milliseconds of broker work that every other client
 #: would wait for; 128 SENDs take a few. A SUBSCRIBE or UNSUBSCRIBE makes or ends a
 #: subscription (about eight SENDs' worth of work: 16 a turn); a COMMIT or ABORT
-#: settles a transaction's frames, counted as four.
-EVENT_BUDGET = EventBudget(128, {Subscribe: 8, Unsubscribe: 8, Commit: 4, Abort: 4})
-#: Bytes of one connection the engine parses per reactor turn: the engine parses all it
-#: is given at once, and 64 KiB of tiny frames (two thousand) take it tens of
-#: milliseconds; 8 KiB take it a few, about what the glue spends on 128 SENDs.
-READ_SLICE = 8 * 1024
+#: settles a transaction's frames, counted as four; so is a persistent SEND (32 a
+#: turn): besides its store record it is what makes a producer outrun its consumers,
+#: whose ACKs (one each) must get their share of the turns or the queue fills, and
+#: every message then waits in it, which costs more per message than a hand-over.
+EVENT_BUDGET = EventBudget(128, {Send: _send_cost, Subscribe: 8, Unsubscribe: 8,
+                                 Commit: 4, Abort: 4})
+#: Bytes of one connection given to the engine per reactor turn. The engine parses at
+#: most EVENT_BUDGET's frames of them a turn (the rest waits, unparsed, for the next),
+#: so this bounds memory, not work: a 64 KiB read of tiny frames costs a turn what
+#: 128 frames cost, and 4 KiB messages go sixteen a turn (an 8 KiB slice let two
+#: through, and each turn costs a pause and a resume of the socket besides).
+READ_SLICE = 64 * 1024
 
 
 class StompServerFactory(EngineFactory):
@@ -70,7 +81,8 @@ class StompServerFactory(EngineFactory):
                                  heartbeat=self.heartbeat,
                                  limits=FrameLimits(max_body_size=direct,
                                                     max_guaranteed_size=guaranteed),
-                                 max_unauthenticated_bytes=self.max_unauthenticated_bytes)
+                                 max_unauthenticated_bytes=self.max_unauthenticated_bytes,
+                                 frame_budget=EVENT_BUDGET.total)
         glue = StompBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                   self.glue_config, protocol.request_flush,
                                   peer=protocol.peer, pause_reading=protocol.pause_reading,

@@ -96,6 +96,10 @@ class StompConnection:
     @param heartbeat: C{(send_ms, want_ms)}: how often we can send heart-beats and how
         often we want them (the CONNECTED C{heart-beat} header); 0 disables a direction.
     @param limits: a L{mqgate.stomp.frames.FrameLimits} for incoming frames.
+    @param frame_budget: frames parsed per call of L{receive_data}, or None for all that are complete. The bytes behind them wait, unparsed, while
+        L{backlogged} is True: call C{receive_data(b"")} (in a later reactor turn) to
+        go on. Parsing is most of the engine's work, so this bounds what one call costs
+        however the bytes arrive.
     @param max_unauthenticated_bytes: bytes the client may send until CONNECTED is
         written (its CONNECT and anything pipelined behind it); one more and it gets an
         ERROR. Any frame but CONNECT or STOMP before that is an ERROR as soon as its
@@ -112,7 +116,8 @@ class StompConnection:
 
     def __init__(self, *, server=True, server_name="mqgate",
                  versions=VERSIONS, heartbeat=(10000, 10000), limits=DEFAULT_LIMITS,
-                 max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES):
+                 max_unauthenticated_bytes=DEFAULT_UNAUTHENTICATED_BYTES,
+                 frame_budget=None):
         if not server:
             raise ConfigError("server", server, "True (no STOMP client engine exists)")
         bad = [v for v in versions if v not in VERSIONS]
@@ -134,6 +139,9 @@ class StompConnection:
             raise ConfigError("max_unauthenticated_bytes", max_unauthenticated_bytes,
                               "a positive number of bytes")
         self.max_unauthenticated_bytes = max_unauthenticated_bytes
+        if frame_budget is not None and frame_budget < 1:
+            raise ConfigError("frame_budget", frame_budget, "a positive number of frames")
+        self.frame_budget = frame_budget
         self._parser = FrameParser(None, limits, expect=_FIRST_COMMANDS)
         self._out = []
         self._unauthenticated = 0          # bytes received before CONNECTED was written
@@ -156,7 +164,7 @@ class StompConnection:
         if self.state not in (_S.CONNECTING, _S.CONNECTED):
             return events                  # nothing may follow DISCONNECT (1.2)
         try:
-            self._process(self._parser.feed(data), events)
+            self._process(self._parser.feed(data, self.frame_budget), events)
         except StompError as error:
             if isinstance(error, MessageTooBig):
                 events.append(IngressRefused(error.size, error.limit, error.guaranteed))
@@ -219,6 +227,12 @@ class StompConnection:
             self._tx = True
 
     @property
+    def backlogged(self):
+        """True while bytes already received wait, unparsed, beyond the frame budget:
+        C{receive_data(b"")} goes on with them."""
+        return self._parser.more and self.state is _S.CONNECTED
+
+    @property
     def ready(self):
         """True once CONNECTED was sent: the heart-beats are agreed (the adapter then
         starts ticking)."""
@@ -246,6 +260,9 @@ class StompConnection:
         self.state = _S.CONNECTED
         events = []
         try:
+            # All that came behind the CONNECT, whatever the frame budget: it is
+            # bounded by max_unauthenticated_bytes, and nothing would come back for a
+            # rest (the login answers outside the adapter's reading).
             self._process(self._parser.resume(self.version), events)
         except StompError as error:
             self._fail(error)
@@ -406,7 +423,7 @@ class StompConnection:
 
     def _on_send(self, frame, events):
         # The hot path: the three headers the engine needs in one pass, first one wins.
-        destination = transaction = receipt = None
+        destination = transaction = receipt = persistent = None
         for name, value in frame.headers:
             if name == "destination":
                 if destination is None:
@@ -414,11 +431,15 @@ class StompConnection:
             elif name == "receipt":
                 if receipt is None:
                     receipt = value
-            elif name == "transaction" and transaction is None:
-                transaction = value
+            elif name == "transaction":
+                if transaction is None:
+                    transaction = value
+            elif name == "persistent" and persistent is None:
+                persistent = value
         if not destination:
             self._require(frame, "destination")   # raises, naming it
-        events.append(Send(destination, frame.headers, frame.body, transaction, receipt))
+        events.append(Send(destination, frame.headers, frame.body, transaction, receipt,
+                           persistent is not None and persistent.lower() == "true"))
 
     def _on_subscribe(self, frame, events):
         destination = self._require(frame, "destination")

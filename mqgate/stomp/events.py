@@ -35,12 +35,15 @@ class ConnectRequested:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """SEND: publish C{body} to C{destination} (within C{transaction} if not None)."""
+    """SEND: publish C{body} to C{destination} (within C{transaction} if not None).
+    C{persistent}: the frame says C{persistent:true} (any case), so the broker must
+    store the message before its receipt."""
     destination: str
     headers: list
     body: bytes
     transaction: object
     receipt: object
+    persistent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -324,10 +324,15 @@ class FrameParser:
         self._limit = limits.max_body_size   # body limit of the frame being read
         self._guaranteed = False             # ... which is a persistent SEND
         self._unescape = None
+        self.more = False           # stopped at max_frames: buffered bytes not parsed
 
-    def feed(self, data):
+    def feed(self, data, max_frames=None):
         """Add received bytes; return the frames (and heart-beats) now complete, in order.
 
+        @param max_frames: return at most this many; the bytes behind them stay
+            buffered, unparsed, and C{more} is True until a later call (C{feed(b"")}
+            will do) has taken them. So the work of one call is bounded by frames, not
+            by bytes: 64 KiB of tiny frames are two thousand of them.
         @raise FrameError: the stream is malformed or a limit was exceeded. When frames
             were complete before the bad bytes, they are returned first and the error is
             kept in C{error} and raised by the next call.
@@ -336,9 +341,10 @@ class FrameParser:
             raise self.error
         if data:
             self._buf += data
+        self.more = False
         if self.paused:
             return []
-        return self._run()
+        return self._run(max_frames)
 
     def resume(self, version):
         """Continue after a CONNECT/STOMP/CONNECTED frame, now that C{version} is agreed.
@@ -352,10 +358,10 @@ class FrameParser:
         self.expect = None
         return self.feed(b"")
 
-    def _run(self):
+    def _run(self, max_frames=None):
         out = []
         try:
-            self._parse(out)
+            self._parse(out, max_frames)
         except FrameError as error:
             self.error = error
             self._buf = bytearray()   # nothing more will be read: free the memory
@@ -363,11 +369,14 @@ class FrameParser:
                 raise
         return out
 
-    def _parse(self, out):
+    def _parse(self, out, max_frames=None):
         buf = self._buf
         pos = 0
         try:
             while not self.paused:
+                if max_frames is not None and len(out) >= max_frames:
+                    self.more = pos < len(buf)
+                    break
                 if self._state is _BODY:
                     end = self._body_end(buf, pos)
                     if end < 0:

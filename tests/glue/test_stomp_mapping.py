@@ -485,3 +485,64 @@ def test_a_property_over_max_value_size_is_left_out():
     headers, _body = message_to_headers(encoded, limits=RenderLimits(max_value=99))
     assert (first(headers, "long"), first(headers, "short")) == (None, "y")
     assert unmapped(headers) == "application-properties.long"
+
+
+# -- a SEND's rendering, made with its message -----------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from mqgate.glue.stomp_mapping import (  # noqa: E402
+    RenderLimits, SectionCache, send_to_message)
+
+_NAMES = st.sampled_from([
+    "content-type", "message-id", "correlation-id", "reply-to", "expires", "expiration",
+    "priority", "persistent", "subject", "receipt", "destination", "redelivered", "app",
+    "x-y", "", "a:b", "type"])
+_VALUES = st.one_of(
+    st.sampled_from(["", "0", "4", "7", "00", "true", "TRUE", "false", "1700000000000",
+                     "text/plain", "é", "a\x00b", "x" * 120]),
+    st.text(max_size=12))
+
+
+# One cache for every example, as a connection's for all its SENDs: what it gives back
+# for one SEND must be what that SEND would have made itself.
+_SHARED = SectionCache(limit=8)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(headers=st.lists(st.tuples(st.one_of(_NAMES, st.text(max_size=6)), _VALUES),
+                        max_size=12),
+       body=st.binary(max_size=300), small=st.booleans())
+def test_a_sends_rendering_is_what_its_message_renders_to(headers, body, small):
+    """send_to_message renders a SEND's MESSAGE headers and body in the same pass that
+    makes its AMQP message (the same message with a connection's SectionCache as
+    without): exactly what message_to_headers reads back from that
+    message, and from its bytes as the store gives them back, within the same limits
+    (leaving out what they leave out)."""
+    limits = RenderLimits(max_value=100, max_total=400) if small else RenderLimits()
+    try:
+        expected = message_to_headers(frame_to_message("/queue/q", headers, body),
+                                      limits=limits)
+    except MappingError:
+        with pytest.raises(MappingError):
+            send_to_message("/queue/q", headers, body, limits)
+        return
+    encoded, (rendered, view) = send_to_message("/queue/q", headers, body, limits,
+                                                _SHARED)
+    plain = frame_to_message("/queue/q", headers, body)
+    assert (encoded.data, encoded.bare_start, encoded.app_span) == \
+        (plain.data, plain.bare_start, plain.app_span)
+    assert (encoded.header, encoded.properties) == (plain.header, plain.properties)
+    assert rendered == expected[0]
+    assert bytes(view) == bytes(expected[1]) == body
+    stored_headers, stored_body = message_to_headers(parse_message(encoded.data),
+                                                     limits=limits)
+    assert stored_headers == rendered and bytes(stored_body) == body
+
+
+def test_a_priority_is_rendered_as_a_number_from_stomp_to_stomp():
+    """A SEND's priority reaches a STOMP subscriber as the number it was (the message as
+    made, not read back, holds it as an AMQP ubyte: it once came out as UByte(7))."""
+    headers, _body = message_to_headers(frame_to_message("/queue/q", [("priority", "7")],
+                                                         b"x"))
+    assert first(headers, "priority") == "7"

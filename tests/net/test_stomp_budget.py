@@ -68,7 +68,7 @@ def test_one_turn_parses_at_most_a_slice_of_a_read(tmp_path):
     """A read larger than the read slice is given to the engine a slice per turn, so a
     flood of tiny frames is not all parsed in one turn."""
     peer = StompPeer(tmp_path)
-    data = sends(0, 3000)
+    data = sends(0, 10000)
     assert len(data) > 4 * READ_SLICE
     parsed = []
     receive = peer.protocol.engine.receive_data
@@ -77,7 +77,41 @@ def test_one_turn_parses_at_most_a_slice_of_a_read(tmp_path):
     assert parsed == [READ_SLICE]
     peer.clock.advance(0)
     assert max(parsed) == READ_SLICE and sum(parsed) == len(data)
-    assert peer.broker.queue("q").held == 3000
+    assert peer.broker.queue("q").held == 10000
+
+
+def test_one_turn_parses_at_most_the_budgets_frames(tmp_path):
+    """A read slice of tiny frames holds far more frames than the budget: the engine
+    parses only the budget's worth a turn and keeps the bytes behind them unparsed,
+    so a flood of tiny frames costs a turn what the budget's frames cost."""
+    peer = StompPeer(tmp_path)
+    data = sends(0, 2000)
+    assert len(data) <= READ_SLICE    # one slice, two thousand frames
+    parsed = []
+    receive = peer.protocol.engine.receive_data
+
+    def counting(chunk):
+        events = receive(chunk)
+        parsed.append(len(events))
+        return events
+    peer.protocol.engine.receive_data = counting
+    peer.protocol.dataReceived(data)
+    assert parsed == [EVENT_BUDGET.total] and peer.paused
+    peer.clock.advance(0)
+    assert max(parsed) == EVENT_BUDGET.total and sum(parsed) == 2000
+    assert drained(peer) == [b"m%d" % i for i in range(2000)]
+    assert not peer.paused
+
+
+def test_persistent_sends_cost_four(tmp_path):
+    """A persistent SEND counts four (a store record, and the consumers' ACKs must keep
+    their share of the turns): a read of 100 acts on 32 in the first turn, the rest
+    after, in order; plain SENDs behind them count one each again."""
+    peer = StompPeer(tmp_path)
+    peer.protocol.dataReceived(sends(0, 100, persistent="TRUE") + sends(100, 20))
+    assert peer.broker.queue("q").held == 32
+    peer.clock.advance(0)
+    assert drained(peer) == [b"m%d" % i for i in range(120)]
 
 
 def test_subscribes_cost_more_of_the_budget(tmp_path):

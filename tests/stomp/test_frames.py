@@ -466,3 +466,35 @@ def test_template_renders_what_encode_frame_renders(version, body):
     for _ in range(2):   # the second frame comes from the encoded block kept by the first
         assert template.render("m-1", block, body, "m-1", extra) == expected
     assert template.render("m-1", own, body, "m-1", extra) == expected
+
+
+@PROPS
+@given(count=st.integers(0, 40), budget=st.integers(1, 7), cut=st.integers(0, 10**6))
+def test_a_frame_budget_returns_the_same_frames_a_budget_at_a_time(count, budget, cut):
+    """feed(data, max_frames) gives at most that many frames a call and keeps the rest
+    unparsed (C{more}); going on with feed(b"") yields exactly the frames, in order,
+    that one unbounded feed would, wherever the bytes were cut in two."""
+    data = b"".join(encode_frame("SEND", [("destination", "/queue/q"), ("n", str(i))],
+                                 b"x" * (i % 5), "1.2") + b"\n" * (i % 2)
+                    for i in range(count))
+    cut = cut % (len(data) + 1)
+    parser = FrameParser("1.2")
+    got = []
+    for chunk in (data[:cut], data[cut:]):
+        batch = parser.feed(chunk, budget)
+        while True:
+            assert len(batch) <= budget
+            got += batch
+            if not parser.more:
+                break
+            batch = parser.feed(b"", budget)
+    assert frames_only(got) == frames_only(parse_all(data))
+    assert not parser.more
+
+
+def test_more_is_false_when_the_budget_ends_at_the_last_byte():
+    parser = FrameParser("1.2")
+    two = encode_frame("SEND", [("destination", "/q")], b"a") * 2
+    assert len(parser.feed(two, 2)) == 2
+    assert not parser.more
+    assert len(parser.feed(two, 1)) == 1 and parser.more
