@@ -23,7 +23,7 @@ from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
-__all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message",
+__all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message", "readdressed",
            "build_message", "encode_message", "Header",
            "Properties", "bare_sections", "check_sections"]
 
@@ -496,6 +496,28 @@ def encode_message(body=None, **sections):
 
 #: An empty data section: the body of a dead message kept without its body (S2.4).
 _EMPTY_BODY = b"\x00\x53\x75\xa0\x00"
+
+
+def readdressed(message, to):
+    """C{message} with its C{properties.to} set to C{to}, as a new L{EncodedMessage}.
+
+    For a peer that needs an address on every message it receives (the MQ Light
+    client, L{mqgate.glue.mqlight_delivery}). Only the properties section is written
+    anew (or added, first in the bare message, when there was none); every other
+    section keeps its bytes.
+    """
+    data = message.data
+    start = end = message.bare_start
+    if start < len(data):
+        code, value_start = _section_code(data, start)
+        if code == PROPERTIES:
+            end = codec.skip(data, value_start)
+    props = message.properties
+    fields = [to if name == "to" else getattr(props, name) for name, *_ in Properties.FIELDS]
+    out = bytearray(data[:start])
+    Properties(*fields).encode(out)
+    out += data[end:]
+    return parse_message(bytes(out))
 
 
 def dead_copy(message, annotations, keep_body=True):
