@@ -469,6 +469,7 @@ def build_broker(settings, reactor):
         max_topic_levels=settings["mqgate.topic.max_levels"],
         max_active_consumers=settings["mqgate.autocreate.queue.maxNumActiveConsumers"],
         max_backup_consumers=settings["mqgate.autocreate.queue.maxNumBackupConsumers"],
+        topic_default_persistence=settings["mqgate.topic.default_persistence"],
         **_delivery_semantics(settings)),
         persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
         audit=audit)
@@ -879,7 +880,8 @@ def _service_factory(name, protocols, *, settings, broker, authenticator, reacto
                 access=(access or {}).get(name),
                 admin_requests=admin_requests if kind == "ADMIN" else None,
                 store_backlog=_store_backlog(settings),
-                max_presettled_refusals=settings["mqgate.amqp.max_presettled_refusals"]))
+                max_presettled_refusals=settings["mqgate.amqp.max_presettled_refusals"],
+                client_id_takeover=settings["mqgate.amqp.client_id_takeover"]))
         factories[sniff.AMQP] = factories[sniff.AMQP_SASL] = amqp
     if "stomp" in protocols and kind == "NORMAL":
         heartbeat = settings["mqgate.stomp.heartbeat"]

@@ -74,6 +74,8 @@ _TEMPORARY_PREFIX = "mqgate.tmp."
 _RESERVED_PREFIX = "mq"
 # FACTS 1.6: letters, digits, _ and $; mqgate's names are dotted (topic levels).
 _NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z0-9_$]+)*\Z")
+# A topic's levels may be separated by / too: MQ Light's topics (sports/football).
+_TOPIC_NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*([./][A-Za-z0-9_$]+)*\Z")
 
 MAX_NUM_MSGS, MAX_TOTAL_MSG_BYTES, LIMIT_BEHAVIOR = (
     "maxNumMsgs", "maxTotalMsgBytes", "limitBehavior")
@@ -86,7 +88,9 @@ _ATTRIBUTES = {
     LIMIT_BEHAVIOR: "behavior", MAX_BYTES_PER_MSG: "max_message_bytes",
     MAX_NUM_PRODUCERS: "max_producers", CONSUMER_FLOW_LIMIT: "consumer_flow_limit",
     USE_DMQ: "use_dmq", MAX_DELIVERY_COUNT: "max_delivery_count"}
-_SUPPORTED = (*_ATTRIBUTES, MAX_ACTIVE, MAX_BACKUP)
+#: A topic's: whether what is published without durable=true is persistent (S8.4).
+DEFAULT_PERSISTENCE = "defaultPersistence"
+_SUPPORTED = (*_ATTRIBUTES, MAX_ACTIVE, MAX_BACKUP, DEFAULT_PERSISTENCE)
 # The source's other destination properties (FACTS 1.6): known, not kept by mqgate.
 _NOT_SUPPORTED = (
     "isLocalOnly",
@@ -257,6 +261,24 @@ def limits_from_properties(properties, current, name=None):
     return current.replace(**changes)
 
 
+# -- default persistence (S8.4): topics only --------------------------------------------
+
+
+def split_persistence(kind, properties):
+    """C{(the other properties, the topic's default persistence or None)}: the
+    C{defaultPersistence} pair taken out of C{properties} (a dict, left unchanged).
+
+    @raise BadRequest: given for a queue, or not true or false.
+    """
+    if DEFAULT_PERSISTENCE not in properties:
+        return properties, None
+    if kind == QUEUE:
+        raise BadRequest(f"{DEFAULT_PERSISTENCE} applies to topics only: a message sent"
+                         " to a queue is persistent when its publisher says so")
+    others = {k: v for k, v in properties.items() if k != DEFAULT_PERSISTENCE}
+    return others, _boolean(properties[DEFAULT_PERSISTENCE], DEFAULT_PERSISTENCE)
+
+
 # -- consumer modes (FACTS 1.6; mqgate.core.modes): queues only -------------------------
 
 _MODES = (MAX_ACTIVE, MAX_BACKUP)
@@ -350,6 +372,8 @@ def query_dst(context, arguments):
     if kind == QUEUE:
         data["consumer_modes"] = _modes_data(destination.modes)
         data["backup_consumers"] = len(destination.backups)
+    else:
+        data[DEFAULT_PERSISTENCE] = destination.default_persistence
     rows = [("Destination Name", data["name"]), ("Destination Type", data["type"]),
             ("Destination State", data["state"]),
             ("Current Number of Producers", data["producers"]),
@@ -372,6 +396,9 @@ def query_dst(context, arguments):
         rows += [(name, _limit_text(value))
                  for name, value in data["consumer_modes"].items()]
         rows.append(("  Backup Consumers Waiting", data["backup_consumers"]))
+    else:
+        rows.append((DEFAULT_PERSISTENCE,
+                     "true" if data[DEFAULT_PERSISTENCE] else "false"))
     rows.append(("Temporary", "true" if data["temporary"] else "false"))
     return Reply(render_pairs(rows), data)
 
@@ -398,6 +425,7 @@ def create_dst(context, arguments):
         raise BadRequest(f"{_kind_word(kind)} {name!r} exists already; change its limits"
                          f" with update dst -t {kind[0]} -n {name} -o property=value")
     # Checked before anything is made: a bad property leaves no destination behind.
+    properties, persistent = split_persistence(kind, properties)
     properties, mode_properties = split_modes(properties)
     limits = limits_from_properties(properties, broker.config.limits)
     modes = modes_from_properties(kind, mode_properties, broker.config.consumer_modes)
@@ -412,6 +440,10 @@ def create_dst(context, arguments):
         broker.set_consumer_modes(name, modes)
     if kind == QUEUE:
         created["consumer_modes"] = _modes_data(broker.queue(name).modes)
+    else:
+        if persistent is not None:
+            broker.set_default_persistence(name, persistent)
+        created[DEFAULT_PERSISTENCE] = broker.topic(name).default_persistence
     text = f"created {_kind_word(kind)} {name!r}." + _survives(context)
     return Reply(text, {"created": created})
 
@@ -420,10 +452,11 @@ def _check_new_name(broker, kind, name):
     if name.lower().startswith(_RESERVED_PREFIX):
         raise BadRequest(f"destination name {name!r}: names starting with mq are"
                          " reserved for the broker's own destinations")
-    if not _NAME.match(name):
+    if not (_TOPIC_NAME if kind == TOPIC else _NAME).match(name):
+        separators = "dots or slashes" if kind == TOPIC else "dots"
         raise BadRequest(f"destination name {name!r}: use letters, digits, _ and $,"
-                         " in levels separated by dots (no wildcards), starting with a"
-                         " letter, _ or $")
+                         f" in levels separated by {separators} (no wildcards), starting"
+                         " with a letter, _ or $")
     config = broker.config
     try:
         check_name(kind, name, config.max_name_length, config.max_topic_levels)
@@ -440,7 +473,8 @@ def update_dst(context, arguments):
         raise BadRequest(f"give at least one -o property=value; usage: {_UPDATE_USAGE}")
     broker = context.broker
     destination = _find(context, kind, name)
-    limit_properties, mode_properties = split_modes(properties)
+    others, persistent = split_persistence(kind, properties)
+    limit_properties, mode_properties = split_modes(others)
     limits = limits_from_properties(limit_properties, broker.limits_of(destination),
                                     name if kind == QUEUE else None)
     modes = modes_from_properties(kind, mode_properties, getattr(
@@ -449,11 +483,16 @@ def update_dst(context, arguments):
         broker.set_limits(kind, name, limits)
     if modes is not None:
         broker.set_consumer_modes(name, modes)
+    if persistent is not None:
+        broker.set_default_persistence(name, persistent)
     updated = {"name": name, "type": _kind_word(kind), "limits": _limits_data(limits)}
     shown = dict(updated["limits"])
     if kind == QUEUE:
         updated["consumer_modes"] = _modes_data(destination.modes)
         shown.update(updated["consumer_modes"])
+    else:
+        updated[DEFAULT_PERSISTENCE] = destination.default_persistence
+        shown[DEFAULT_PERSISTENCE] = "true" if destination.default_persistence else "false"
     changed = ", ".join(f"{p}={v}" for p, v in shown.items() if p in properties)
     text = f"updated {_kind_word(kind)} {name!r}: {changed}." + _survives(context)
     return Reply(text, {"updated": updated})

@@ -668,6 +668,17 @@ KEYS = (
     Key("mqgate.topic.max_levels", Int(1, 10000), "32",
         "Most levels (dot-separated parts) of a topic name or subscription pattern; a "
         "deeper one is refused on attach, subscribe or send."),
+    Key("mqgate.topic.default_persistence", Bool(), "false",
+        "Whether a message published to a topic without the AMQP header durable=true "
+        "is persistent (kept in the store for subscriptions that keep their messages, "
+        "across a restart); a publisher's durable=true always makes it persistent. "
+        "update dst -t t -n NAME -o defaultPersistence=true|false sets one topic's."),
+    Key("mqgate.amqp.client_id_takeover", Choice(("mqlight", "always", "never")),
+        "mqlight",
+        "What a new AMQP connection does to a connection of the same user with the "
+        "same container-id: 'mqlight' closes the older one (amqp:link:stolen) when "
+        "either is an MQ Light client (see docs/mqlight.md) and the id is of that "
+        "client's form; 'always' closes it for any client; 'never' lets both live."),
     Key("mqgate.amqp.max_frame_size", Int(512, 4294967295), "1048576",
         "Largest AMQP frame the broker accepts, offered in its open frame."),
     Key("mqgate.amqp.idle_timeout", Seconds(0, 86400), "60",

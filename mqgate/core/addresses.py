@@ -172,6 +172,11 @@ def _match_levels(pattern, name):
     return True
 
 
+#: The level matcher, for another syntax of topics (mqgate.core.mqlight) to reuse: its
+#: lists of levels, with C{*} for one level and C{#} for any number.
+match_levels = _match_levels
+
+
 def _runs(pattern):
     """The pattern's levels between its C{#} levels: C{a.#.b.*.#} -> [[a], [b, *], []]."""
     runs = [[]]

@@ -29,6 +29,7 @@ from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
     StoreBacklog, SystemLimits, limits_attributes, limits_from_attributes)
 from mqgate.core.message import BrokerMessage
+from mqgate.core import mqlight
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.core.persistence import stored_on
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
@@ -59,6 +60,9 @@ _AUTOCREATE = "mqgate.autocreate.destination."
 
 _TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired", "bytes_in",
            "bytes_out")
+
+# The stored attribute of a topic's default persistence (S8.4), as update dst names it.
+_DEFAULT_PERSISTENCE = "defaultPersistence"
 
 #: The condition a consumer's or producer's link is detached with when an operator
 #: destroys its destination (AMQP 1.0 Part 2 section 2.8.15).
@@ -103,6 +107,9 @@ class CoreConfig:
         consumers a queue delivers to at once, -1 for any (L{mqgate.core.modes}).
     @ivar max_backup_consumers: C{mqgate.autocreate.queue.maxNumBackupConsumers}:
         consumers that may wait as backups beyond them, -1 for any.
+    @ivar topic_default_persistence: C{mqgate.topic.default_persistence}: whether a
+        message published to a topic without C{durable=true} is persistent (S8.4),
+        for topics an operator did not set otherwise.
     """
 
     autocreate_queue: bool = True
@@ -128,6 +135,7 @@ class CoreConfig:
     log_dead_messages: bool = False
     max_active_consumers: int = -1
     max_backup_consumers: int = 0
+    topic_default_persistence: bool = False
 
     def __post_init__(self):
         if self.default_type not in (QUEUE, TOPIC):
@@ -279,6 +287,10 @@ class Producer:
         destination = self.admit(message)
         if message.seq is None:
             message.seq = self._next_seq()
+        if not message.durable and type(destination) is Topic:
+            # S8.4: the publisher's durable=true always wins; otherwise the topic's
+            # default persistence decides.
+            message.durable = destination.default_persistence
         if destination.holding is not None:
             return self._send_paused(destination, message)
         if message.durable:
@@ -613,6 +625,8 @@ class Broker:
         self._routes = {}
         self._next_seq = itertools.count(1).__next__
         self._subscription_ids = itertools.count(1)
+        # S8.3: how long MQ Light subscriptions outlive their last subscriber.
+        self.lifetimes = mqlight.Lifetimes(clock, self._delete_subscription)
         self._retired = dict.fromkeys(_TOTALS, 0)
         self._limits = config.limits
         self._modes = config.consumer_modes
@@ -742,6 +756,84 @@ class Broker:
         if queue.pattern is not None and self.on_subscribe is not None:
             self.on_subscribe(queue.pattern, queue)
         return consumer
+
+    def open_mqlight(self, subscription, target, *, client_id, ttl=0, presettled=False,
+                     requester=None):
+        """Subscribe to an MQ Light C{private:} or C{share:} subscription (S8.3, S8.5;
+        L{mqgate.core.mqlight}): make it, or resume it with what it holds.
+
+        A private subscription is C{client_id}'s (one subscriber at a time); a shared
+        one takes any number, each message going to one of them. The subscription
+        outlives its last subscriber by C{ttl} seconds (C{mqlight.FOREVER}: until it
+        is closed); while it has a time-to-live it stores its persistent messages,
+        and it is restored with them after a restart. Closing the consumer with
+        C{remove=True} removes the subscription once nobody else is subscribed.
+
+        Ownership as for durable subscriptions: only the user who made it (or a
+        member of group admin) may subscribe to it again.
+
+        @param subscription: a L{mqlight.Subscription}.
+        @raise NotAllowed: the private subscription has a subscriber already.
+        @raise Unauthorized: it belongs to another user.
+        @raise NameLimitExceeded: the pattern is too long.
+        @raise ResourceLimitExceeded: one more than C{mqgate.system.max_destinations}.
+        """
+        pattern = subscription.pattern
+        container_id, name = subscription.key(client_id)
+        queue = self._durable.get((container_id, name))
+        if queue is None:
+            self._check_name(TOPIC, pattern)
+        if self.reserved is not None:
+            self.reserved(TOPIC, pattern, "consume")
+        if queue is None:
+            self._refuse_past_max_destinations("subscription", name)
+            queue = self._mqlight_queue(container_id, name, pattern,
+                                        owner=None if requester is None else requester.user)
+        else:
+            self._check_owner(queue, requester, "consume")
+            if queue.consumers and not subscription.shared:
+                raise NotAllowed(
+                    f"client {client_id} is subscribed to {name} already; unsubscribe"
+                    " first, or subscribe to another pattern")
+        self._keep_for(queue, ttl)
+        consumer = Consumer(f"topic://{pattern}", queue, target, presettled=presettled,
+                            on_close=self._mqlight_closed)
+        queue.attach(consumer)
+        self.lifetimes.subscribed(queue, ttl)
+        if self.on_subscribe is not None:
+            self.on_subscribe(pattern, queue)
+        return consumer
+
+    def _mqlight_queue(self, container_id, name, pattern, owner, ttl=0):
+        queue = Queue(f"{container_id}:{name}", self.clock, pattern=pattern,
+                      durable_key=(container_id, name),
+                      limits=self._subscription_limits(self._topics.get(pattern)),
+                      system=self._system, dead_letters=self.dead_letters)
+        queue.matches = mqlight.topic_matches
+        queue.owner = owner
+        self._paused_like(self._topics.get(pattern), queue)
+        self._durable[queue.durable_key] = queue
+        self._index.add(queue)
+        return queue
+
+    def _keep_for(self, queue, ttl):
+        # S8.3, S8.4: a subscription with a time-to-live keeps its persistent messages
+        # in the store (a restart restores it with them), with its ttl on record; one
+        # without stores nothing: it goes with its last subscriber, and a restart
+        # ends every subscriber.
+        persistence = self.persistence
+        if persistence is None or (queue.store is None and ttl == 0):
+            return
+        if queue.store is not None and self.lifetimes.ttl(queue) == ttl:
+            return   # on record already
+        container_id, name = queue.durable_key
+        if queue.store is None:
+            queue.store = persistence.durable_store(container_id, name)
+        persistence.durable_created(container_id, name, queue.pattern,
+                                    mqlight.TtlRecord(ttl), queue.owner)
+
+    def _mqlight_closed(self, consumer, remove):
+        self.lifetimes.unsubscribed(consumer.queue, close=remove)
 
     def destroy_durable(self, container_id, durable_name, requester=None):
         """Delete a durable subscription and its backlog (JMS unsubscribe).
@@ -896,6 +988,20 @@ class Broker:
         self._store_attributes(kind, destination)
         return destination
 
+    def set_default_persistence(self, name, persistent):
+        """Set whether messages published to topic C{name} without C{durable=true}
+        are persistent (S8.4; C{update dst -t t -o defaultPersistence=...}); stored
+        with the topic. C{None} goes back to C{mqgate.topic.default_persistence}.
+
+        @raise NotFound: there is no such topic.
+        """
+        topic = self.topic(name)
+        topic.persistence_set = persistent is not None
+        topic.default_persistence = (self.config.topic_default_persistence
+                                     if persistent is None else bool(persistent))
+        self._store_attributes(TOPIC, topic)
+        return topic
+
     def set_consumer_modes(self, name, modes):
         """Give queue C{name} new L{ConsumerModes} now (C{update dst -o
         maxNumActiveConsumers=...}); stored with it when there is a store.
@@ -914,6 +1020,8 @@ class Broker:
         attributes = limits_attributes(self.limits_of(destination))
         if kind == QUEUE:
             attributes.update(modes_attributes(destination.modes))
+        elif destination.persistence_set:
+            attributes[_DEFAULT_PERSISTENCE] = destination.default_persistence
         self.persistence.destination_updated(kind, destination.name, attributes)
 
     def restore_attributes(self, kind, name, attributes):
@@ -925,6 +1033,9 @@ class Broker:
         self._apply_limits(destination, limits_from_attributes(attributes, self._limits))
         if kind == QUEUE:
             destination.set_modes(modes_from_attributes(attributes, self._modes))
+        elif _DEFAULT_PERSISTENCE in attributes:
+            destination.default_persistence = bool(attributes[_DEFAULT_PERSISTENCE])
+            destination.persistence_set = True
 
     def _apply_limits(self, destination, limits):
         if type(destination) is Topic:
@@ -1106,6 +1217,7 @@ class Broker:
         else:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
+            destination.default_persistence = self.config.topic_default_persistence
         persistence = self.persistence
         if persistence is not None and not temporary:
             if kind == QUEUE:
@@ -1254,12 +1366,22 @@ class Broker:
 
         @raise SelectorError: its stored selector no longer compiles.
         """
+        if mqlight.is_subscription_name(durable_name):
+            return self._restore_mqlight(container_id, durable_name, pattern, selector,
+                                         owner)
         self._warn_if_over_name_limits(container_id, durable_name, pattern)
         if not is_pattern(pattern):
             self._destination(TOPIC, pattern, restoring=True)
         return self._durable_subscription(container_id, durable_name, pattern,
                                           _compiled(selector), restoring=True,
                                           owner=owner)
+
+    def _restore_mqlight(self, container_id, name, pattern, record, owner):
+        # S8.3: its time-to-live (on record in the selector's place) starts again now.
+        queue = self._mqlight_queue(container_id, name, pattern, owner)
+        queue.store = self.persistence.durable_store(container_id, name)
+        self.lifetimes.restored(queue, mqlight.ttl_of_record(record))
+        return queue
 
     def _warn_if_over_name_limits(self, container_id, durable_name, pattern):
         # A durable subscription stored by a broker with higher limits (or before there
@@ -1298,6 +1420,7 @@ class Broker:
             self._delete_destination(temporary)
 
     def _delete_subscription(self, queue):
+        self.lifetimes.forget(queue)
         self._index.remove(queue)
         if queue.durable_key is not None:
             self._durable.pop(queue.durable_key, None)

@@ -162,7 +162,7 @@ class Queue(_Operated):
                  "_in_flight", "_flight_bytes", "store", "_system",
                  "attached", "pause", "holding", "modes", "_backups",
                  "dead_letters", "_expiring", "_ticket", "pager",
-                 "_paged") + _QUEUE_COUNTERS
+                 "_paged", "matches") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None, dead_letters=None):
@@ -217,6 +217,9 @@ class Queue(_Operated):
         # and how many of those wait here now; 0 costs dispatch one test.
         self.pager = None
         self._paged = 0
+        # How a topic name is matched against its pattern: C{matches(pattern, name)}
+        # (an MQ Light subscription's patterns have their own syntax, S8.5).
+        self.matches = topic_matches
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -1199,7 +1202,7 @@ class SubscriptionIndex:
     def matching(self, name):
         """The subscription queues whose pattern matches the topic C{name}, in the
         order they were made."""
-        return tuple(q for q in self._queues if topic_matches(q.pattern, name))
+        return tuple(q for q in self._queues if q.matches(q.pattern, name))
 
 
 class Topic(_Operated):
@@ -1219,7 +1222,7 @@ class Topic(_Operated):
     __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
                  "messages_out", "dropped", "full", "_index", "_gen", "_subs",
                  "_selective", "attached", "pause", "holding", "limits", "bytes_in",
-                 "bytes_out")
+                 "bytes_out", "default_persistence", "persistence_set")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -1240,6 +1243,11 @@ class Topic(_Operated):
         # Limits an operator gave it: its subscriptions on exactly its name get them
         # (None: the broker's).
         self.limits = None
+        # S8.4: whether a message published without durable=true is persistent here
+        # (the broker's mqgate.topic.default_persistence unless an operator set it
+        # for this topic: persistence_set).
+        self.default_persistence = False
+        self.persistence_set = False
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"
@@ -1273,7 +1281,7 @@ class Topic(_Operated):
         name = self.name
         for queue, added in changes:
             if added:
-                if topic_matches(queue.pattern, name):
+                if queue.matches(queue.pattern, name):
                     subs.append(queue)
             elif queue in subs:
                 subs.remove(queue)

@@ -49,9 +49,11 @@ from mqgate.amqp.session import SessionState
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog)
+from mqgate.core import mqlight
 from mqgate.core.browse import open_browser
 from mqgate.core.memory import RED_LEVEL
 from mqgate.glue.amqp_transactions import AmqpTransactions, Controller
+from mqgate.glue.client_ids import MQLIGHT
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
 from mqgate.glue.mqlight_delivery import for_client, is_mqlight_link, pattern_of, service_url
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
@@ -62,6 +64,7 @@ __all__ = ["ADMIN_ADDRESS", "AmqpBrokerSession", "GlueConfig"]
 
 ANONYMOUS_RELAY = Symbol("ANONYMOUS-RELAY")
 _NEVER = Symbol("never")
+_TOPIC = Symbol("topic")
 
 # Outcome classes to the core's outcome names.
 _OUTCOMES = {Accepted: ACCEPTED, Rejected: REJECTED, Released: RELEASED, Modified: MODIFIED}
@@ -81,15 +84,19 @@ class GlueConfig:
         refused in a row before it is detached (0: never detached).
     @ivar access: the service's L{mqgate.security.access_control.ServiceAccess}, or
         None (then C{admin_only} alone keeps non-admins off, S4.5).
+    @ivar client_id_takeover: C{mqgate.amqp.client_id_takeover}: when a connection
+        takes over the container-id of another (L{mqgate.glue.client_ids}).
     """
 
     __slots__ = ("producer_credit", "max_message_size", "admin_only", "service",
-                 "admin_requests", "store_backlog", "max_presettled_refusals", "access")
+                 "admin_requests", "store_backlog", "max_presettled_refusals", "access",
+                 "client_id_takeover")
 
     def __init__(self, producer_credit=1000, max_message_size=70 << 20, admin_only=False,
                  service="jms", admin_requests=None, store_backlog=(1000, 16 << 20),
-                 max_presettled_refusals=100, access=None):
+                 max_presettled_refusals=100, access=None, client_id_takeover=MQLIGHT):
         self.access = access
+        self.client_id_takeover = client_id_takeover
         self.producer_credit = producer_credit
         self.max_message_size = max_message_size
         self.admin_only = admin_only
@@ -156,6 +163,10 @@ class AmqpBrokerSession(BrokerSession):
         # client needs on its deliveries (mqlight_delivery).
         self._service_url = service_url(*(local or ("localhost", 5672)))
         self.container_id = None
+        # S8.5: whether the peer showed itself as the MQ Light client (its open frame,
+        # an MQ Light subscription or sender): its bare targets are topics, and its
+        # container-id is taken over (mqgate.glue.client_ids).
+        self.mqlight = False
         self._links = set()   # links with a producer or consumer to clean up
         # How many of _links are consumers ("egress"), producers ("ingress") and topic
         # subscriptions, kept as links come and go: a client profile's limits are then
@@ -231,6 +242,7 @@ class AmqpBrokerSession(BrokerSession):
         if self.engine.state is not ConnectionState.OPEN_RCVD:
             return  # the peer closed in the same read, and the engine already answered
         self.container_id = event.open.container_id
+        self.mqlight = mqlight.open_looks_like_mqlight(event.open)
         if self._unauthorized is not None:
             self.engine.open()
             self.engine.abort(c.UNAUTHORIZED_ACCESS, self._unauthorized)
@@ -246,6 +258,33 @@ class AmqpBrokerSession(BrokerSession):
         self.engine.properties = {Symbol("product"): "mqgate",
                                   Symbol("version"): __version__}
         self.engine.open()
+        self._take_client_id()
+
+    @property
+    def user(self):
+        """The logged-in user's name (C{None}: anonymous), whose connections alone
+        this one may replace."""
+        return None if self.principal is None else self.principal.name
+
+    def _take_client_id(self):
+        # S8.5: one connection per MQ Light client id; the one it replaces is told
+        # why, and lets go of its subscriptions before this one resumes them.
+        ids = getattr(self.context, "container_ids", None)
+        if ids is None:
+            return
+        old = ids.claim(self, self.config.client_id_takeover)
+        if old is not None:
+            self.log.info("{peer} took over client id {id!r} from {old}",
+                          peer=self.peer, id=self.container_id, old=old.peer)
+            old.replace(f"another connection ({self.peer}) with client id"
+                        f" {self.container_id!r} replaced this one")
+
+    def replace(self, why):
+        """Close this connection with C{amqp:link:stolen}: another took its client id."""
+        self.connection_lost()
+        if not self.engine.finished:
+            self.engine.abort(c.STOLEN, why)
+            self.request_flush()
 
     def _connection_closed(self, event):
         if event.error is not None:
@@ -257,6 +296,9 @@ class AmqpBrokerSession(BrokerSession):
     def connection_lost(self):
         """The connection is gone: give back every unsettled delivery (rule 3)."""
         self.unregister_client()
+        ids = getattr(self.context, "container_ids", None)
+        if ids is not None:
+            ids.release(self)
         links, self._links = self._links, set()
         for link in links:
             self._release(link, remove=False)
@@ -330,7 +372,11 @@ class AmqpBrokerSession(BrokerSession):
             raise _refusal(c.UNAUTHORIZED_ACCESS,
                            f"{source.address} takes admin requests; nothing can be "
                            "received from it (admin replies go to your reply-to)")
-        if not source.dynamic:
+        subscription = None if source.dynamic else mqlight.parse(source.address)
+        if subscription is not None:
+            # Access rules name the topic pattern, not the MQ Light address.
+            _check(self.authorize(f"topic://{subscription.pattern}", (), CONSUME))
+        elif not source.dynamic:
             for operation in _consume_operations(source):
                 _check(self.authorize(source.address, source.capabilities or (),
                                       operation))
@@ -343,7 +389,14 @@ class AmqpBrokerSession(BrokerSession):
         selector, filters = _selector_filter(source.filter)
         requester = Requester.of(self.principal, self, self.peer, self.config.service)
         consumer = None
-        if source.distribution_mode == _COPY and not source.dynamic:
+        if subscription is not None:
+            # S8.3, S8.5: an MQ Light subscription, for as long as its source says.
+            self.mqlight = True
+            consumer = self.broker.open_mqlight(
+                subscription, target, client_id=self.container_id,
+                ttl=mqlight.ttl_of_source(source.expiry_policy, source.timeout),
+                presettled=link.presettled, requester=requester)
+        elif source.distribution_mode == _COPY and not source.dynamic:
             # Browsing a queue (None for a topic, whose subscribers get copies anyway).
             consumer = open_browser(
                 self.broker, _address(source.address), target,
@@ -399,6 +452,8 @@ class AmqpBrokerSession(BrokerSession):
             producer = _RelayGuard(self.broker.open_producer(None, backlog=self.backlog),
                                    admin, self.principal, self.produce_decisions())
         else:
+            if not capabilities and self._publishes_to_topics(link, address):
+                capabilities = (_TOPIC,)
             _check(self.authorize(address, capabilities, PRODUCE))
             producer = self.broker.open_producer(address, capabilities,
                                                  backlog=self.backlog)
@@ -412,6 +467,15 @@ class AmqpBrokerSession(BrokerSession):
             link.flow(credit)
         else:
             self._wait_for_memory(link)   # RED (S2.6): credit once it falls
+
+    def _publishes_to_topics(self, link, address):
+        # S8.5: the MQ Light client sends to a bare topic name (sports/football). Its
+        # sender links are named <topic>_<uuid>, and its open frame is its own: such a
+        # link's bare target is a topic whatever mqgate.destination.default_type says.
+        # Other clients' bare names keep that setting's meaning.
+        if mqlight.is_mqlight_sender(link.name, address):
+            self.mqlight = True
+        return self.mqlight
 
     def _link_detached(self, event):
         link = event.link

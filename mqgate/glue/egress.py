@@ -34,6 +34,7 @@ from mqgate.egress.profiles import ProfileTable
 from mqgate.egress.scheduler import C1, EgressScheduler, cos_for
 from mqgate.egress.slowness import SlowSubscriberMeter
 from mqgate.glue.ingress import IngressBudget
+from mqgate.glue.client_ids import ContainerIds
 
 __all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "PRESETTLED_REFUSED",
            "SLOW_DISCONNECT", "UNBOUNDED",
@@ -280,6 +281,8 @@ class EgressContext:
     @ivar ingress_limits: C{(guaranteed, direct)} largest incoming message, bytes (S9.5).
     @ivar ingress_budget: the L{mqgate.glue.ingress.IngressBudget} every connection
         takes its unfinished incoming messages from.
+    @ivar container_ids: the L{mqgate.glue.client_ids.ContainerIds} of every AMQP
+        connection.
     @ivar events: event name -> how many times it happened (C{CLIENT_CLIENT_MESSAGE_TOO_BIG},
         C{CLIENT_DISCONNECTED_SLOW}, C{CLIENT_PRESETTLED_REFUSED}).
     """
@@ -293,6 +296,8 @@ class EgressContext:
         self.ingress_limits = ingress_limits
         self.ingress_budget = ingress_budget if ingress_budget is not None else IngressBudget()
         self.events = {MESSAGE_TOO_BIG: 0, SLOW_DISCONNECT: 0, PRESETTLED_REFUSED: 0}
+        # S8.5: the AMQP connections by container-id, for the takeover of a client id.
+        self.container_ids = ContainerIds()
 
     def meter(self):
         """A new connection's L{SlowSubscriberMeter} (S9.4: over the last minute)."""

@@ -388,3 +388,39 @@ def test_the_dmq_takes_limits_but_never_flow_control(broker):
         run(broker, "update", "dst", "-t", "q", "-n", "mq.sys.dmq",
             "-o", "limitBehavior=FLOW_CONTROL")
     assert broker.queue("mq.sys.dmq").limits.behavior == "REMOVE_OLDEST"
+
+
+# -- a topic's default persistence (S8.4) -------------------------------------------------
+
+
+def test_default_persistence_is_created_updated_queried_and_survives_a_restart():
+    """create/update dst -t t -o defaultPersistence=...: set on the topic, shown by
+    query dst, kept by the store; MQ Light topic names with / levels are allowed."""
+    broker, store, _ = stored_broker()
+    reply = run(broker, "create", "dst", "-t", "t", "-n", "sports/football",
+                "-o", "defaultPersistence=true")
+    assert reply.data["created"]["defaultPersistence"] is True
+    assert broker.topic("sports/football").default_persistence is True
+    reply = run(broker, "update", "dst", "-t", "t", "-n", "sports/football",
+                "-o", "defaultPersistence=false")
+    assert "defaultPersistence=false" in reply.text
+    run(broker, "update", "dst", "-t", "t", "-n", "sports/football",
+        "-o", "defaultPersistence=true")
+    reply = run(broker, "query", "dst", "-t", "t", "-n", "sports/football")
+    assert reply.data["defaultPersistence"] is True
+    assert "defaultPersistence" in reply.text
+    again, _, recovered = stored_broker(store.restarted())
+    again.persistence.restore(again, recovered.result)
+    assert again.topic("sports/football").default_persistence is True
+
+
+def test_default_persistence_is_refused_for_queues_and_bad_values(broker):
+    """defaultPersistence is a topic's; its value is true or false; a queue name
+    still has no / levels."""
+    with pytest.raises(BadRequest, match="topics only"):
+        run(broker, "create", "dst", "-t", "q", "-n", "q1", "-o", "defaultPersistence=true")
+    with pytest.raises(BadRequest, match="give true or false"):
+        run(broker, "create", "dst", "-t", "t", "-n", "t1", "-o", "defaultPersistence=yes")
+    with pytest.raises(BadRequest, match="separated by dots"):
+        run(broker, "create", "dst", "-t", "q", "-n", "a/b")
+    assert broker.topics() == [] and broker.queues() == []
