@@ -77,6 +77,7 @@ class MQLightClient:
         self.id = id
         self.events = queue.Queue()
         self.seen = []  # every event read, for failure messages
+        self._pending = []  # events read but not yet waited for
         self._refs = itertools.count(1)
         self.process = subprocess.Popen(
             [shutil.which("node"), str(DRIVER), service, id],
@@ -104,20 +105,27 @@ class MQLightClient:
         return ref
 
     def wait(self, event, deadline=DEADLINE, **match):
-        """The next event named C{event} whose fields equal C{match}; the events
-        passed over on the way are kept in C{seen}. An "error" answering a command
-        waited on (its ref) is raised at once rather than timing out."""
+        """The first event named C{event} whose fields equal C{match}, whether it came
+        before (events passed over by earlier waits are kept, in order) or comes
+        within C{deadline} seconds. An "error" answering a command waited on (its ref)
+        is raised at once rather than timing out."""
+        def wanted(got):
+            return got["event"] == event and all(got.get(k) == v for k, v in match.items())
+
+        for got in self._pending:
+            if wanted(got):
+                self._pending.remove(got)
+                return got
         end = time.monotonic() + deadline
         while True:
-            remaining = end - time.monotonic()
             try:
-                got = self.events.get(timeout=max(remaining, 0))
+                got = self.events.get(timeout=max(end - time.monotonic(), 0))
             except queue.Empty:
                 raise ClientEventTimeout(
                     f"client {self.id}: no {event} {match or ''} within {deadline} s; "
                     f"seen {self.seen}; stderr {''.join(self._stderr)[-2000:]}") from None
             self.seen.append(got)
-            if got["event"] == event and all(got.get(k) == v for k, v in match.items()):
+            if wanted(got):
                 return got
             if (got["event"] == "error" and "ref" in match
                     and got.get("ref") == match["ref"]):
@@ -126,6 +134,7 @@ class MQLightClient:
                 raise ClientEventTimeout(
                     f"client {self.id} exited waiting for {event}; seen {self.seen}; "
                     f"stderr {''.join(self._stderr)[-2000:]}")
+            self._pending.append(got)
 
     def messages(self, count, deadline=DEADLINE):
         """The next C{count} "message" events."""
