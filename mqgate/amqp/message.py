@@ -23,7 +23,8 @@ from mqgate.amqp.performatives import _composite
 from mqgate.amqp.types import Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
-__all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message", "readdressed",
+__all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message",
+           "readdressed",
            "build_message", "encode_message", "Header",
            "Properties", "bare_sections", "check_sections"]
 
