@@ -16,11 +16,16 @@ target), so for a wildcard subscription the application sees the pattern as the
 topic of such a message. Other clients' links are never touched: there the bare
 message goes out as it came in (design rule 2).
 
+The client also reads the header of every message (its ``ttl``) and fails on a
+message without a header section, which the broker's own messages (a STOMP SEND
+converted to AMQP) may lack: such a message gets an empty header (every field its
+default) on these links.
+
 The client matches a delivery to its subscription by the receiving link's name, not
 by ``to``, so nothing more is needed for the subscription itself.
 """
 
-from mqgate.amqp.message import readdressed
+from mqgate.amqp.message import amended
 
 __all__ = ["PRIVATE", "SHARE", "is_mqlight_link", "pattern_of", "service_url",
            "for_client"]
@@ -50,14 +55,16 @@ def service_url(host, port, tls=False):
 
 
 def for_client(message, service, pattern):
-    """The payload to deliver to an MQ Light subscription: the message's own when its
-    C{properties.to} is a string, else a copy addressed to C{<service>/<pattern>}.
+    """The payload to deliver to an MQ Light subscription: the message's own when it
+    has a header and a string C{properties.to}; else a copy with a header added and
+    C{to} set to C{<service>/<pattern>} where it was not a string.
 
     @param message: the core's L{BrokerMessage}.
     @param service: L{service_url} of the connection.
     @param pattern: the subscription's topic pattern (L{pattern_of}).
     """
     payload = message.payload
-    if isinstance(payload.properties.to, str):
+    to = None if isinstance(payload.properties.to, str) else f"{service}/{pattern}"
+    if to is None and payload.has_header:
         return payload
-    return readdressed(payload, f"{service}/{pattern}")
+    return amended(payload, to=to, header=True)

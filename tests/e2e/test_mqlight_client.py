@@ -17,7 +17,7 @@ from proton import Message
 from tests.e2e.admin_cmd import cmd_json
 from tests.e2e.mqlight_client import MQLightClient, client_id, require_client
 from tests.e2e.proton_client import opened
-from tests.e2e.stomp_client import unique
+from tests.e2e.stomp_client import open_client, unique
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +227,20 @@ def test_message_from_a_proton_sender_has_an_address(clients, mqgate):
         conn.create_sender(f"topic://{alerts}").send(Message(body="from proton"))
     got = subscriber.wait("message")
     assert (got["data"], got["topic"]) == ("from proton", alerts)
+
+
+def test_message_from_a_stomp_sender_has_a_header(clients, mqgate):
+    """A STOMP SEND becomes an AMQP message without a header section, which the
+    client cannot do without either: it gets an empty one. Its topic is the STOMP
+    destination, as the publisher addressed it, and its body a Buffer (STOMP bodies
+    are bytes)."""
+    scores = topic("stomp")
+    subscriber = clients("sub")
+    subscriber.subscribe(scores, qos=1)
+    stomp = open_client(mqgate.address("jms"), user="guest", passcode="guest")
+    try:
+        stomp.send(f"/topic/{scores}", "from stomp")
+    finally:
+        stomp.close()
+    got = subscriber.wait("message")
+    assert (got["data"], got["topic"]) == ({"bytes": 10}, f"/topic/{scores}")

@@ -1,12 +1,12 @@
-"""The address the MQ Light client needs on every delivery (S8.5): a message keeps its
-publisher's C{properties.to} when it is a string and is otherwise addressed to the
-service and the subscription's pattern, with every other section's bytes kept."""
+"""What the MQ Light client needs on every delivery (S8.5): a header section, and a
+C{properties.to}: the publisher's when it is a string, otherwise the service and the
+subscription's pattern; every other section's bytes are kept."""
 
 import pytest
 
 from mqgate.amqp import codec
 from mqgate.amqp.message import (
-    AMQP_VALUE, Header, Properties, encode_message, parse_message, readdressed,
+    AMQP_VALUE, Header, Properties, encode_message, parse_message, amended,
 )
 from mqgate.amqp.types import Described, Symbol
 from mqgate.core.message import BrokerMessage
@@ -50,9 +50,23 @@ def test_service_url():
 
 
 def test_publishers_to_is_kept_as_is():
-    """An MQ Light publisher's address goes out unchanged, and so do the bytes."""
-    sent = message(properties=Properties(to="amqp://host:5672/sports/football"))
+    """An MQ Light publisher's message goes out unchanged, bytes and all."""
+    sent = message(header=Header(ttl=5000),
+                   properties=Properties(to="amqp://host:5672/sports/football"))
     assert for_client(sent, SERVICE, "sports/+") is sent.payload
+
+
+def test_message_without_header_gets_one():
+    """A STOMP SEND converted to AMQP may have no header, on which the client fails;
+    it gets an empty one, its to (a string) and body kept."""
+    sent = message(properties=Properties(to="/topic/sports"))
+    assert not sent.payload.has_header
+    out = for_client(sent, SERVICE, "sports")
+    assert out.has_header and out.header == Header()
+    assert out.properties.to == "/topic/sports"
+    assert out.body_sections() == [(AMQP_VALUE, "hello")]
+    wire = parse_message(b"".join(bytes(c) for c in out.for_delivery(0)))
+    assert wire.has_header and wire.properties.to == "/topic/sports"
 
 
 def test_message_without_properties_gets_an_address():
@@ -63,7 +77,7 @@ def test_message_without_properties_gets_an_address():
                    application_properties={"n": 5})
     out = for_client(sent, SERVICE, "sports/football")
     assert out.properties.to == "amqp://127.0.0.1:5672/sports/football"
-    assert out.header == sent.payload.header
+    assert out.header == sent.payload.header == Header(durable=True, ttl=5000)
     assert out.message_annotations == {Symbol("x-opt-a"): 1}
     assert out.application_properties == {"n": 5}
     assert out.body_sections() == [(AMQP_VALUE, "hello")]
@@ -88,7 +102,7 @@ def test_to_that_is_not_a_string_is_replaced():
 def test_delivery_annotations_are_still_dropped_on_the_way_out():
     data = (b"\x00\x53\x71" + codec.encode({Symbol("x-hop"): 1})
             + codec.encode(Described(AMQP_VALUE, "hi")))
-    out = readdressed(parse_message(data), "amqp://h:1/t")
+    out = amended(parse_message(data), "amqp://h:1/t")
     sent = parse_message(b"".join(bytes(c) for c in out.for_delivery(0)))
     assert sent.properties.to == "amqp://h:1/t"
     assert sent.body_sections() == [(AMQP_VALUE, "hi")]
