@@ -122,8 +122,8 @@ class MQLightClient:
                 got = self.events.get(timeout=max(end - time.monotonic(), 0))
             except queue.Empty:
                 raise ClientEventTimeout(
-                    f"client {self.id}: no {event} {match or ''} within {deadline} s; "
-                    f"seen {self.seen}; stderr {''.join(self._stderr)[-2000:]}") from None
+                    f"client {self.id}: no {event} {match or ''} within {deadline} s"
+                    f"{self._context()}") from None
             self.seen.append(got)
             if wanted(got):
                 return got
@@ -132,9 +132,12 @@ class MQLightClient:
                 raise ClientEventTimeout(f"client {self.id}: {event} failed: {got}")
             if got["event"] == "exit" and event != "exit":
                 raise ClientEventTimeout(
-                    f"client {self.id} exited waiting for {event}; seen {self.seen}; "
-                    f"stderr {''.join(self._stderr)[-2000:]}")
+                    f"client {self.id} exited waiting for {event}{self._context()}")
             self._pending.append(got)
+
+    def _context(self):
+        """The last events and the end of node's stderr, for a failure message."""
+        return f"; last seen {self.seen[-20:]}; stderr {''.join(self._stderr)[-2000:]}"
 
     def messages(self, count, deadline=DEADLINE):
         """The next C{count} "message" events."""

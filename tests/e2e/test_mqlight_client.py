@@ -91,11 +91,45 @@ def test_qos1_round_trip(clients, publisher):
     orders = topic("qos1")
     subscriber = clients("sub")
     subscriber.subscribe(orders, qos=1)
-    publisher.send(orders, "order 1", qos=1)
+    publisher.send(orders, "order 1", qos=1, ttl=60000)
     publisher.send(orders, {"bytes": 50000}, qos=1)
     first, second = subscriber.messages(2)
     assert (first["data"], first["topic"]) == ("order 1", orders)
+    assert 0 < first["ttl"] <= 60000   # what is left of the message's time to live
     assert second["data"] == {"bytes": 50000}
+
+
+def test_many_messages_past_credit_and_session_window(clients, publisher):
+    """Three hundred messages at each qos, more than the client's credit (50 here) and
+    its session window (100) hold at once: every one arrives, in order, as the client
+    renews credit and window."""
+    tasks, ticks = topic("many"), topic("many")
+    subscriber = clients("sub")
+    subscriber.subscribe(tasks, qos=1, credit=50)
+    subscriber.subscribe(ticks, qos=0)
+    for n in range(300):
+        publisher.command("send", topic=tasks, body=f"task {n}", qos=1)
+        publisher.command("send", topic=ticks, body=f"tick {n}", qos=0)
+    got = subscriber.messages(600, deadline=60)
+    assert [m["data"] for m in got if m["topic"] == tasks] == [
+        f"task {n}" for n in range(300)]
+    assert [m["data"] for m in got if m["topic"] == ticks] == [
+        f"tick {n}" for n in range(300)]
+
+
+def test_unsubscribe_with_ttl_0_removes_at_once(clients, publisher, mqgate, passfile):
+    """unsubscribe(..., {ttl: 0}) detaches with closed=true: the broker answers in
+    kind (the client fails the call otherwise) and the subscription is gone at once,
+    whatever its ttl was."""
+    news = topic("unsub")
+    reader = clients("reader")
+    reader.subscribe(news, qos=1, ttl=60000)
+    reader.unsubscribe(news, ttl=0)
+    assert cmd_json(mqgate, passfile, "list", "dur", "-d", news) == []
+    publisher.send(news, "nobody subscribed", qos=1)
+    reader.subscribe(news, qos=1)
+    publisher.send(news, "marker", qos=1)
+    assert reader.wait("message")["data"] == "marker"
 
 
 def test_qos1_credit_is_the_unconfirmed_limit(clients, publisher):

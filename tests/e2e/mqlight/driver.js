@@ -83,14 +83,22 @@ function run(command) {
       for (const key of ['autoConfirm', 'ttl', 'credit']) {
         if (command[key] !== undefined) options[key] = command[key];
       }
-      client.subscribe(command.pattern, command.share, options,
-                       answer('subscribed', {pattern: command.pattern, share: command.share}));
+      const done = answer('subscribed', {pattern: command.pattern, share: command.share});
+      if (command.share) {
+        client.subscribe(command.pattern, command.share, options, done);
+      } else {
+        client.subscribe(command.pattern, options, done);
+      }
       break;
     }
     case 'unsubscribe': {
       const options = command.ttl === undefined ? {} : {ttl: command.ttl};
-      client.unsubscribe(command.pattern, command.share, options,
-                         answer('unsubscribed', {pattern: command.pattern}));
+      const done = answer('unsubscribed', {pattern: command.pattern});
+      if (command.share) {
+        client.unsubscribe(command.pattern, command.share, options, done);
+      } else {
+        client.unsubscribe(command.pattern, options, done);
+      }
       break;
     }
     case 'send': {
@@ -126,10 +134,13 @@ function run(command) {
 const input = readline.createInterface({input: process.stdin});
 input.on('line', (line) => {
   if (!line.trim()) return;
+  let command = {};
   try {
-    run(JSON.parse(line));
+    command = JSON.parse(line);
+    run(command);
   } catch (err) {
-    emit('error', Object.assign({ref: 'driver'}, describe(err)));
+    // The client throws its argument errors (UnsubscribedError ...) at once.
+    emit('error', Object.assign({ref: command.ref, op: command.op}, describe(err)));
   }
 });
 // The test went away: leave without waiting for the broker.
