@@ -287,10 +287,6 @@ class Producer:
         destination = self.admit(message)
         if message.seq is None:
             message.seq = self._next_seq()
-        if not message.durable and type(destination) is Topic:
-            # S8.4: the publisher's durable=true always wins; otherwise the topic's
-            # default persistence decides.
-            message.durable = destination.default_persistence
         if destination.holding is not None:
             return self._send_paused(destination, message)
         if message.durable:
@@ -324,6 +320,11 @@ class Producer:
             limits.check_message(message.size, canonical_of(destination))
         if destination.full:
             _refuse_if_rejecting(destination)
+        if not message.durable and type(destination) is Topic:
+            # S8.4: the publisher's durable=true always wins; otherwise the topic's
+            # default persistence decides (here, so that a transaction's send, which
+            # is admitted now and stored at its commit, is decided alike).
+            message.durable = destination.default_persistence
         return destination
 
     def enqueue_committed(self, destination, targets, message):
@@ -767,7 +768,8 @@ class Broker:
         outlives its last subscriber by C{ttl} seconds (C{mqlight.FOREVER}: until it
         is closed); while it has a time-to-live it stores its persistent messages,
         and it is restored with them after a restart. Closing the consumer with
-        C{remove=True} removes the subscription once nobody else is subscribed.
+        C{remove=True} removes the subscription at once if no other subscriber is
+        left (else the last one's leaving decides, by the time-to-live).
 
         Ownership as for durable subscriptions: only the user who made it (or a
         member of group admin) may subscribe to it again.
@@ -804,7 +806,7 @@ class Broker:
             self.on_subscribe(pattern, queue)
         return consumer
 
-    def _mqlight_queue(self, container_id, name, pattern, owner, ttl=0):
+    def _mqlight_queue(self, container_id, name, pattern, owner):
         queue = Queue(f"{container_id}:{name}", self.clock, pattern=pattern,
                       durable_key=(container_id, name),
                       limits=self._subscription_limits(self._topics.get(pattern)),

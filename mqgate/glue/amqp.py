@@ -24,7 +24,11 @@ What the glue decides:
 - settlement: pre-settled consumers are at-most-once, the others at-least-once (S8.1);
   what a peer leaves unsettled when its link or connection goes goes back to the queue
   (design rule 3);
-- a pre-settled send that a limit or the store refuses: see L{_PresettledRefusals}.
+- a pre-settled send that a limit or the store refuses: see L{_PresettledRefusals};
+- MQ Light clients (S8.5, docs/mqlight.md): a receiver on C{private:}/C{share:} is an
+  MQ Light subscription with the time-to-live of its source; a connection that shows
+  itself as the client's publishes bare names to topics and may take over another's
+  container-id (L{mqgate.glue.client_ids}).
 
 No I/O here: the adapter feeds events in and writes what the engine has to say.
 """
@@ -390,7 +394,9 @@ class AmqpBrokerSession(BrokerSession):
         requester = Requester.of(self.principal, self, self.peer, self.config.service)
         consumer = None
         if subscription is not None:
-            # S8.3, S8.5: an MQ Light subscription, for as long as its source says.
+            # S8.3, S8.5: an MQ Light subscription, for as long as its source says;
+            # the client profile is asked first, so that a refusal makes nothing.
+            self.check_flows("subscription", self._held["subscription"])
             self.mqlight = True
             consumer = self.broker.open_mqlight(
                 subscription, target, client_id=self.container_id,
@@ -409,7 +415,7 @@ class AmqpBrokerSession(BrokerSession):
                 durable_name=link.name if durable and not source.dynamic else None,
                 container_id=self.container_id, dynamic=bool(source.dynamic),
                 selector=selector, requester=requester)
-        if consumer.queue.pattern is not None:
+        if consumer.queue.pattern is not None and subscription is None:
             try:
                 self.check_flows("subscription", self._held["subscription"])
             except ProtocolError:

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from proton import Endpoint, Message, Terminus
 from proton.reactor import AtMostOnce, LinkOption
-from proton.utils import ConnectionClosed
+from proton.utils import ConnectionClosed, LinkDetached
 
 from tests.e2e.proton_client import drain, opened, receive_all
 
@@ -241,3 +241,18 @@ def test_qos_round_trips_and_an_advisory_max_message_size(broker):
         [got_zero] = receive_all(at_most_once, 1, settle=None)
         [got_one] = receive_all(at_least_once, 1)
     assert got_zero.body == "fire and forget" and got_one.body == big
+
+
+def test_a_second_subscriber_to_a_private_subscription_is_refused_as_not_allowed(broker):
+    """FACTS 3.3: the refusal has a condition the client maps (amqp:not-allowed, its
+    NotPermittedError), and says what to do. (Ids with a dash are not the client's,
+    so the second connection does not replace the first.)"""
+    with opened(broker, container_id="dup-id") as first, \
+            opened(broker, container_id="dup-id") as second:
+        subscribe(first, "private:dup/t")
+        with pytest.raises(LinkDetached) as refused:
+            subscribe(second, "private:dup/t")
+        assert first.conn.state & Endpoint.LOCAL_ACTIVE
+    # Proton keeps the condition's name, and its text in the message.
+    assert refused.value.condition == "amqp:not-allowed"
+    assert "unsubscribe first" in str(refused.value)
