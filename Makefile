@@ -31,7 +31,7 @@ INSTALL_STAMP = $(VENV)/.mqgate-install
 TEST_STAMP    = $(VENV)/.mqgate-install-test
 PACKAGING     = setup.cfg pyproject.toml
 
-.PHONY: venv install install-test postgres-server ldap-server proxy-server browser run test bench node-bench fuzz clean
+.PHONY: venv install install-test postgres-server ldap-server proxy-server browser run test bench node-bench node-mqlight fuzz clean
 
 venv: $(PY)
 
@@ -45,8 +45,9 @@ $(INSTALL_STAMP): $(PY) $(PACKAGING)
 	$(PIP) install $(EDITABLE_MODE) -e .
 	touch $@
 
-# The e2e tests' HTTP proxy comes with the test install (proxy-server, below).
-install-test: $(TEST_STAMP) proxy-server
+# The e2e tests' HTTP proxy and the MQ Light Node client come with the test install
+# (proxy-server and node-mqlight, below).
+install-test: $(TEST_STAMP) proxy-server node-mqlight
 
 # The test extra is a superset of the plain install, so it satisfies both stamps.
 $(TEST_STAMP): $(PY) $(PACKAGING)
@@ -166,7 +167,8 @@ test: install-test postgres-server ldap-server node-bench browser
 	MQGATE_REQUIRE_POSTGRES=$(MQGATE_REQUIRE_POSTGRES) \
 	  MQGATE_REQUIRE_CHROMIUM=$(MQGATE_REQUIRE_CHROMIUM) \
 	  MQGATE_REQUIRE_SLAPD=$(MQGATE_REQUIRE_SLAPD) \
-	  MQGATE_REQUIRE_TINYPROXY=$(MQGATE_REQUIRE_TINYPROXY) $(PY) -m pytest
+	  MQGATE_REQUIRE_TINYPROXY=$(MQGATE_REQUIRE_TINYPROXY) \
+	  MQGATE_REQUIRE_NODE=$(MQGATE_REQUIRE_NODE) $(PY) -m pytest
 
 # BENCH_ARGS go to bench/run.py, NODE_BENCH_ARGS to bench/run_node.py (e.g. a quick
 # run: make bench BENCH_ARGS='--messages 20000' NODE_BENCH_ARGS='--messages 20000 --seconds 3').
@@ -188,6 +190,23 @@ node-bench:
 		(cd bench/node && npm ci --no-audit --no-fund --loglevel=error); \
 	fi
 
+# S8: the real MQ Light client (the mqlight npm package, pinned by
+# tests/e2e/mqlight/package-lock.json) that tests/e2e/test_mqlight_client.py drives
+# under node, installed with npm when node and npm are here. Under make test a missing
+# node or npm fails those tests (MQGATE_REQUIRE_NODE=1) rather than skipping them; a
+# machine without them can run `make test MQGATE_REQUIRE_NODE=0` to skip them instead.
+MQGATE_REQUIRE_NODE ?= 1
+
+node-mqlight:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		[ tests/e2e/mqlight/node_modules/.package-lock.json -nt tests/e2e/mqlight/package-lock.json ] || \
+		(cd tests/e2e/mqlight && npm ci --no-audit --no-fund --loglevel=error); \
+	else \
+		echo "*** node or npm is missing: the MQ Light client tests will fail under make test." >&2; \
+		echo "*** Install Node.js 18+ and npm, or run" \
+		     "make test MQGATE_REQUIRE_NODE=0 to skip them." >&2; \
+	fi
+
 # S10.4: mutated client input against the AMQP and STOMP engines, the port mapper and
 # the protocol sniffer (tests/fuzz/README.md). FUZZ_RUNS inputs per target, FUZZ_TARGETS
 # (comma-separated), FUZZ_JOBS worker processes, FUZZ_SEED; findings go to
@@ -203,6 +222,6 @@ fuzz: install-test
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info _trial_temp .pytest_cache .hypothesis bench/results \
-	  tests/fuzz/results bench/node/node_modules
+	  tests/fuzz/results bench/node/node_modules tests/e2e/mqlight/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -name dropin.cache -type f -delete

@@ -24,6 +24,7 @@ from mqgate.amqp.types import Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
 __all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message",
+           "amended",
            "build_message", "finish_message", "encode_message", "Header",
            "Properties", "bare_sections", "check_sections"]
 
@@ -98,6 +99,12 @@ class EncodedMessage:
 
     def __len__(self):
         return len(self.data)
+
+    @property
+    def has_header(self):
+        """Whether the message came with a header section (L{header} is the default
+        one otherwise)."""
+        return self.header is not _DEFAULT_HEADER
 
     @property
     def application_properties(self):
@@ -507,6 +514,34 @@ def encode_message(body=None, **sections):
 
 #: An empty data section: the body of a dead message kept without its body (S2.4).
 _EMPTY_BODY = b"\x00\x53\x75\xa0\x00"
+
+
+def amended(message, to=None, header=False):
+    """C{message} with what a peer insists on, as a new L{EncodedMessage}: its
+    C{properties.to} set to C{to} (when given) and a header section (when C{header}
+    and it had none).
+
+    For a peer that needs both on every message it receives (the MQ Light client,
+    L{mqgate.glue.mqlight_delivery}). Only the properties section is written anew (or
+    added, first in the bare message, when there was none) and the header added;
+    every other section keeps its bytes.
+    """
+    data = message.data
+    start = end = message.bare_start
+    out = bytearray()
+    if header and not message.has_header:
+        Header().encode(out)
+    out += data[:start]
+    if to is not None:
+        if start < len(data):
+            code, value_start = _section_code(data, start)
+            if code == PROPERTIES:
+                end = codec.skip(data, value_start)
+        props = message.properties
+        Properties(*[to if name == "to" else getattr(props, name)
+                     for name, *_ in Properties.FIELDS]).encode(out)
+    out += data[end:]
+    return parse_message(bytes(out))
 
 
 def dead_copy(message, annotations, keep_body=True):

@@ -59,6 +59,7 @@ from mqgate.core.memory import RED_LEVEL
 from mqgate.glue.amqp_transactions import AmqpTransactions, Controller
 from mqgate.glue.client_ids import MQLIGHT
 from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
+from mqgate.glue.mqlight_delivery import for_client, is_mqlight_link, pattern_of, service_url
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
 from mqgate.security.access import BROWSE, CONSUME, PRODUCE
@@ -116,7 +117,7 @@ class _ConsumerTarget:
     writes them to the link as its credit and the transport allow.
     """
 
-    __slots__ = ("link", "consumer", "egress", "queued", "unbounded", "revoked")
+    __slots__ = ("link", "consumer", "egress", "queued", "unbounded", "revoked", "readdress")
 
     def __init__(self, link, egress):
         self.link = link
@@ -125,6 +126,9 @@ class _ConsumerTarget:
         self.queued = 0
         self.unbounded = False
         self.revoked = None   # the core's call when an operator destroys the queue
+        # On an MQ Light subscription: message -> the payload that client can take
+        # (mqlight_delivery.for_client); None elsewhere.
+        self.readdress = None
 
     def deliver(self, delivery):
         self.egress.file(self, delivery)
@@ -134,8 +138,9 @@ class _ConsumerTarget:
 
     def write(self, delivery, discarded):
         message = delivery.message
-        chunks = message.payload.for_delivery(delivery.delivery_count,
-                                              _DISCARDED if discarded else None)
+        payload = message.payload if self.readdress is None else self.readdress(message)
+        chunks = payload.for_delivery(delivery.delivery_count,
+                                      _DISCARDED if discarded else None)
         link = self.link
         link.send(chunks, settled=self.consumer.presettled, context=delivery)
         if not link.writable:
@@ -156,8 +161,11 @@ class AmqpBrokerSession(BrokerSession):
     #: (S2.6), or C{None}.
     memory = None
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, local=None, **kwargs):
         super().__init__(*args, **kwargs)
+        # Where the client reached us (host, port, tls), for the address the MQ Light
+        # client needs on its deliveries (mqlight_delivery).
+        self._service_url = service_url(*(local or ("localhost", 5672)))
         self.container_id = None
         # S8.5: whether the peer showed itself as the MQ Light client (its open frame,
         # an MQ Light subscription or sender): its bare targets are topics, and its
@@ -378,6 +386,9 @@ class AmqpBrokerSession(BrokerSession):
                                       operation))
         target = _ConsumerTarget(link, self.egress)
         target.revoked = functools.partial(self._revoke, link)
+        if is_mqlight_link(link.name):
+            target.readdress = functools.partial(
+                for_client, service=self._service_url, pattern=pattern_of(link.name))
         durable = bool(source.durable) or source.expiry_policy == _NEVER
         selector, filters = _selector_filter(source.filter)
         requester = Requester.of(self.principal, self, self.peer, self.config.service)

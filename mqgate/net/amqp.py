@@ -15,6 +15,8 @@ AMQP header only where guests are allowed), what a client trying a withheld one 
 told, and EXTERNAL for a client whose TLS certificate the service verified.
 """
 
+from twisted.internet.interfaces import ISSLTransport
+
 from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import SASL_AUTH, SASL_SYS_TEMP, Connection
 from mqgate.glue.amqp import AmqpBrokerSession
@@ -90,6 +92,7 @@ class AmqpServerFactory(EngineFactory):
             setting_names=_SETTING_NAMES, frame_budget=FRAME_BUDGET)
         glue = AmqpBrokerSession(engine, self.broker, self.authenticator, self.clock,
                                  self.glue_config, protocol.request_flush, peer=protocol.peer,
+                                 local=_local_address(protocol.transport),
                                  pause_reading=protocol.pause_reading,
                                  resume_reading=protocol.resume_reading,
                                  egress=self.egress, keepalive=protocol.set_keepalive,
@@ -113,3 +116,11 @@ class AmqpServerFactory(EngineFactory):
     def wave_through(self, engine):
         """A refused client's SASL succeeds unchecked; it is closed at its open."""
         return engine.sasl_outcome(True)
+
+
+def _local_address(transport):
+    """(host, port, tls) of our end of the connection: the service as the client
+    reached it, which the MQ Light client expects in its deliveries' addresses."""
+    host = transport.getHost()
+    return (getattr(host, "host", "localhost"), getattr(host, "port", 0),
+            ISSLTransport.providedBy(transport))
