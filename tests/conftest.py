@@ -50,5 +50,8 @@ def postgres_cluster():
 
 @pytest.fixture
 def pg_dsn(postgres_cluster):
-    """A libpq connection string (no password) to a fresh, empty database."""
-    return postgres_cluster.dsn(postgres_cluster.create_database())
+    """A libpq connection string (no password) to a fresh, empty database, dropped
+    after the test where nothing uses it any more."""
+    name = postgres_cluster.create_database()
+    yield postgres_cluster.dsn(name)
+    postgres_cluster.drop_database(name)

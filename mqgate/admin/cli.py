@@ -25,7 +25,6 @@ from mqgate.capture.client import register as add_capture_parser
 from mqgate.client.cli import register as add_client_parsers
 from mqgate.config import read_settings, shipped_properties, shipped_settings
 from mqgate.errors import ConfigError
-from mqgate.security.keytool import create_keystore
 from mqgate.security.passfile import check_passfile, find_password
 
 __all__ = ["main"]
@@ -79,6 +78,8 @@ def _keystore_password(settings, args):
 
 
 def keytool(args):
+    # cryptography is imported here, by the one tool that uses it.
+    from mqgate.security.keytool import create_keystore
     settings = _settings(args)
     password = _keystore_password(settings, args)
     key_path, cert_path = create_keystore(

@@ -20,8 +20,8 @@ prepare a database ahead, or to create the PostgreSQL database.
 import os
 import sys
 
-from mqgate.store.sqlconfig import sql_config_from_settings
-from mqgate.store.sqldialects import TABLES
+# The store (and Twisted with it) is imported by run(), not here: the `mqgate` command
+# builds every tool's parser, and `mqgate cmd` or `usermgr` should not pay for it.
 
 __all__ = ["ACTIONS", "DbmgrError", "register", "run"]
 
@@ -60,6 +60,7 @@ def run(args, settings, *, out=None):
 
     @raise ConfigError: a bad configuration value (the caller reports it, status 2).
     """
+    from mqgate.store.sqlconfig import sql_config_from_settings
     out = out or sys.stdout
     user = args.user or settings["mqgate.persist.jdbc.user"] or "(libpq's default)"
     config = sql_config_from_settings(
@@ -120,6 +121,12 @@ def _names(schema, bases):
     return ", ".join(schema.names[b] for b in bases)
 
 
+def _tables():
+    """The base table names, in creation order."""
+    from mqgate.store.sqldialects import TABLES
+    return TABLES
+
+
 def _create(schema, cursor):
     existing = schema.existing(cursor)
     if existing:
@@ -128,7 +135,7 @@ def _create(schema, cursor):
             f"({_names(schema, existing)}); `mqgate dbmgr recreate` drops and creates "
             "them")
     schema.create(cursor)
-    return f"created tables {_names(schema, TABLES)}"
+    return f"created tables {_names(schema, _tables())}"
 
 
 def _delete(schema, cursor):
@@ -142,17 +149,17 @@ def _delete(schema, cursor):
 def _recreate(schema, cursor):
     schema.drop(cursor, schema.existing(cursor))
     schema.create(cursor)
-    return f"recreated tables {_names(schema, TABLES)}"
+    return f"recreated tables {_names(schema, _tables())}"
 
 
 def _reset(schema, cursor):
-    missing = [b for b in TABLES if b not in schema.existing(cursor)]
+    missing = [b for b in _tables() if b not in schema.existing(cursor)]
     if missing:
         raise DbmgrError(
             f"tables {_names(schema, missing)} of brokerid {schema.brokerid!r} are "
             "missing; `mqgate dbmgr recreate` creates them")
     schema.empty(cursor)
-    return (f"emptied tables {_names(schema, [b for b in TABLES if b != 'MQVER41'])} "
+    return (f"emptied tables {_names(schema, [b for b in _tables() if b != 'MQVER41'])} "
             "(messages, destinations, durable subscriptions, prepared transactions)")
 
 

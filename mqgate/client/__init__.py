@@ -5,12 +5,20 @@ The Twisted API (Deferreds) is here; the blocking API for scripts is
 L{mqgate.client.blocking}. docs/client.md is the guide.
 """
 
-from mqgate.client.connection import (
-    AUTO, CLIENT, DUPS_OK, AuthenticationError, ClientError, ConnectError, Connection,
-    ConnectionLostError, LinkError, Receiver, RequestTimeout, SendError, Sender, connect,
-)
-from mqgate.client.message import Message, ReceivedMessage
-from mqgate.client.urls import BrokerUrl, ClientOptions, UrlError, parse_url
+import importlib
+
+#: Where each public name is defined. A name is imported when it is first used (PEP
+#: 562), not with the package: the `mqgate` command's parsers import the light
+#: mqgate.client.urls, and every `mqgate cmd`, `usermgr` or `dbmgr` would otherwise pay
+#: for the client and Twisted, which only `mqgate send` and `receive` use.
+_HOMES = {
+    **dict.fromkeys((
+        "AUTO", "CLIENT", "DUPS_OK", "AuthenticationError", "ClientError", "ConnectError",
+        "Connection", "ConnectionLostError", "LinkError", "Receiver", "RequestTimeout",
+        "SendError", "Sender", "connect"), "connection"),
+    **dict.fromkeys(("Message", "ReceivedMessage"), "message"),
+    **dict.fromkeys(("BrokerUrl", "ClientOptions", "UrlError", "parse_url"), "urls"),
+}
 
 __all__ = [
     "connect", "Connection", "Sender", "Receiver", "Message", "ReceivedMessage",
@@ -18,3 +26,16 @@ __all__ = [
     "LinkError", "SendError", "ConnectionLostError", "RequestTimeout", "UrlError",
     "BrokerUrl", "ClientOptions", "parse_url",
 ]
+
+
+def __getattr__(name):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value     # looked up once
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

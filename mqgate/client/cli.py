@@ -20,8 +20,6 @@ import os
 import re
 import sys
 
-from twisted.internet import defer, task
-
 from mqgate.client.urls import UrlError, parse_url
 
 __all__ = ["register", "send_main", "receive_main"]
@@ -181,6 +179,7 @@ def _read_body(args):
 
 def send_main(args):
     """C{mqgate send}: returns the exit code."""
+    from twisted.internet import defer     # only sending and receiving need Twisted
     url, credentials = _check(args)
     body = _read_body(args)
     properties = _properties(args.property)
@@ -214,6 +213,7 @@ def send_main(args):
 
 def receive_main(args):
     """C{mqgate receive}: returns the exit code."""
+    from twisted.internet import defer
     url, credentials = _check(args)
     if args.timeout <= 0:
         raise UrlError(f"--timeout {args.timeout}: give seconds above 0")
@@ -250,6 +250,7 @@ def receive_main(args):
 
 def _react(run, command):
     """Run C{run(reactor)} on a reactor of its own; the exit code of its failure."""
+    from twisted.internet import task
     result = {}
 
     def main(reactor):

@@ -3,14 +3,25 @@
 Every broker a test starts is killed at the end of the test (or, for the module-scoped
 fixtures, of the module's last test), whatever happened, so a failing test never
 leaves a twistd process behind holding ports or the CI job open.
+
+A broker starts with the default users already in its repository, hashed with few
+rounds (tests/e2e/users.py), so that its logins cost no CPU to speak of; a test or
+module marked ``production_hashes`` gets a broker that creates its repository itself,
+with the production work factor, as the tests that time logins need.
 """
 
 import pytest
 
 from tests.e2e.broker import BrokerProcess
+from tests.e2e.users import seed_default_users
 
 
-def _brokers(new_varhome):
+def _production_hashes(request):
+    """Whether the requesting test (or its module) is marked ``production_hashes``."""
+    return request.node.get_closest_marker("production_hashes") is not None
+
+
+def _brokers(new_varhome, fast_users=True):
     """Yield a function ``start(...) -> BrokerProcess``; kill every broker it started
     once the generator is resumed (the fixture's teardown).
 
@@ -19,13 +30,16 @@ def _brokers(new_varhome):
     C{listening} listens, the first one named first (C{wait=False}: only spawn it, e.g.
     to watch it fail). C{varhome} is a directory the test prepared (a key pair, a
     password file); without it, C{new_varhome(n)} makes one. C{kwargs} go to
-    L{BrokerProcess} (C{config}, C{instance}, C{extra_args}).
+    L{BrokerProcess} (C{config}, C{instance}, C{extra_args}). With C{fast_users}, the
+    VARHOME gets the default users with few rounds unless it has a repository already.
     """
     started = []
 
     def start(defines=None, wait=True, listening=("jms",), varhome=None, **kwargs):
         if varhome is None:
             varhome = new_varhome(len(started))
+        if fast_users:
+            seed_default_users(varhome, defines, kwargs.get("instance"))
         broker = BrokerProcess(varhome, defines=defines, **kwargs)
         started.append(broker)
         if not wait:
@@ -42,17 +56,19 @@ def _brokers(new_varhome):
 
 
 @pytest.fixture
-def broker_factory(tmp_path):
+def broker_factory(tmp_path, request):
     """A function ``start(defines=None, ...) -> BrokerProcess`` (see L{_brokers}) for
     the brokers of one test, each with its own VARHOME under the test's C{tmp_path}."""
-    yield from _brokers(lambda n: tmp_path / f"varhome{n}")
+    yield from _brokers(lambda n: tmp_path / f"varhome{n}",
+                        fast_users=not _production_hashes(request))
 
 
 @pytest.fixture(scope="module")
-def module_broker_factory(tmp_path_factory):
+def module_broker_factory(tmp_path_factory, request):
     """The same ``start`` for brokers a whole module's tests share (the module's own
     fixture says which defines and services it needs); killed after its last test."""
-    yield from _brokers(lambda n: tmp_path_factory.mktemp("module-varhome"))
+    yield from _brokers(lambda n: tmp_path_factory.mktemp("module-varhome"),
+                        fast_users=not _production_hashes(request))
 
 
 @pytest.fixture

@@ -17,6 +17,13 @@ from tests.e2e.broker import REPO_ROOT, broker_environment
 from tests.e2e.proton_client import connect
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker):
+    """One broker for the module's tests: they only ask it things, and the one that
+    connects a client closes it again."""
+    return module_broker
+
+
 def test_show_default_profile_detail(broker, passfile):
     """S9.7/S11.1: `mqgate cmd show client-profile default detail` prints the default
     profile's queue table, found through the port mapper."""

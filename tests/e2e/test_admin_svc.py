@@ -23,6 +23,13 @@ from tests.hostile.probe import wait_until
 UNANSWERED = 1.5
 
 
+@pytest.fixture(scope="module")
+def shared_broker(module_broker):
+    """One broker for the tests that only ask and change nothing (the others count
+    connections or pause services, and get a fresh C{broker})."""
+    return module_broker
+
+
 def connections(broker, passfile, *options):
     return cmd_json(broker, passfile, "list", "cxn", *options)
 
@@ -62,33 +69,33 @@ def test_query_svc_shows_its_settings(broker_factory, passfile):
     assert data["state"] == "RUNNING"
 
 
-def test_unknown_service_is_not_found(broker, passfile):
+def test_unknown_service_is_not_found(shared_broker, passfile):
     """A service that does not run is a 404 naming it and the running ones: exit 1."""
     for words in (("query", "svc", "-n", "nosuch"), ("list", "cxn", "-svn", "nosuch")):
-        result = mqgate_cmd(broker, passfile, *words)
+        result = mqgate_cmd(shared_broker, passfile, *words)
         assert result.returncode == 1
         assert "no service 'nosuch' is running" in result.stderr
         assert "jms" in result.stderr and "404" in result.stderr
 
 
-def test_bad_options_are_bad_requests(broker, passfile):
+def test_bad_options_are_bad_requests(shared_broker, passfile):
     """A missing -n, an unknown option or a bad -time is a 400 with the usage."""
     for words, says in ((("query", "svc"), "missing -n; usage: query svc -n NAME"),
                         (("list", "svc", "-x"), "unknown option '-x'"),
                         (("shutdown", "bkr", "-time", "soon"), "-time takes seconds"),
                         (("query", "cxn", "-n", "first"), "a connection id is a number")):
-        result = mqgate_cmd(broker, passfile, *words)
+        result = mqgate_cmd(shared_broker, passfile, *words)
         assert result.returncode == 1, result.stdout
         assert says in result.stderr and "400" in result.stderr
-    assert broker.returncode is None
+    assert shared_broker.returncode is None
 
 
-def test_pausing_an_admin_service_is_refused(broker, passfile):
+def test_pausing_an_admin_service_is_refused(shared_broker, passfile):
     """`pause svc -n admin` is refused with the reason (it would lock us out)."""
-    result = mqgate_cmd(broker, passfile, "pause", "svc", "-n", "admin")
+    result = mqgate_cmd(shared_broker, passfile, "pause", "svc", "-n", "admin")
     assert result.returncode == 1
     assert "cannot be paused" in result.stderr and "lock" in result.stderr
-    rows = {r["name"]: r for r in cmd_json(broker, passfile, "list", "svc")}
+    rows = {r["name"]: r for r in cmd_json(shared_broker, passfile, "list", "svc")}
     assert rows["admin"]["state"] == "RUNNING"
 
 
@@ -215,10 +222,10 @@ def test_destroy_stomp_cxn_sends_error(broker, passfile):
         raw.close()
 
 
-def test_unknown_connection_is_not_found(broker, passfile):
+def test_unknown_connection_is_not_found(shared_broker, passfile):
     """Destroying or querying an id no connection has is a 404 naming it."""
     for verb in ("destroy", "query"):
-        result = mqgate_cmd(broker, passfile, verb, "cxn", "-n", "99999")
+        result = mqgate_cmd(shared_broker, passfile, verb, "cxn", "-n", "99999")
         assert result.returncode == 1
         assert "no connection 99999" in result.stderr and "404" in result.stderr
 
@@ -226,10 +233,10 @@ def test_unknown_connection_is_not_found(broker, passfile):
 # -- the broker ------------------------------------------------------------------------
 
 
-def test_query_bkr(broker, passfile):
+def test_query_bkr(shared_broker, passfile):
     """`query bkr` tells the version, instance, uptime, state, services and counts."""
-    with opened(broker):
-        data = cmd_json(broker, passfile, "query", "bkr")
+    with opened(shared_broker):
+        data = cmd_json(shared_broker, passfile, "query", "bkr")
     assert data["instance"] == "mqgate"
     assert data["state"] == "RUNNING"
     assert data["services"]["jms"] == "RUNNING"

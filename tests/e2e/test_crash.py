@@ -33,6 +33,7 @@ from mqgate.amqp.performatives import RECEIVER, SENDER, Accepted
 
 from tests.e2e.broker import BrokerProcess
 from tests.e2e.engine_client import EngineClient
+from tests.e2e.users import seed_default_users
 
 #: Rounds per store (issue 6: twenty for the file store with sync on, five for each SQL
 #: store), and the acknowledgements to wait for before the kill, drawn per round.
@@ -226,6 +227,7 @@ def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path, store, request)
     started = []
 
     def start():
+        seed_default_users(tmp_path / "varhome", defines)
         broker = BrokerProcess(tmp_path / "varhome", defines=defines)
         started.append(broker)
         return broker.start(timeout=DEADLINE)
@@ -254,6 +256,7 @@ def test_torn_journal_tail_recovers_cleanly(tmp_path):
     stopped: the broker starts, logs what it cut, and returns a prefix of the
     messages, each whole, none twice."""
     varhome = tmp_path / "varhome"
+    seed_default_users(varhome)
     broker = BrokerProcess(varhome).start(timeout=DEADLINE)
     try:
         client = EngineClient(broker.address("jms"), "torn", timeout=DEADLINE)

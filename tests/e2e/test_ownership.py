@@ -6,6 +6,9 @@ whoever else asks, admin included, while anyone may send to it; a durable subscr
 belongs to the user who made it, and another user reusing its container id and
 subscription name is refused and changes nothing, before and after a broker restart,
 on the file store and on both SQL stores.
+
+The tests that need no restart share one broker; each uses container ids, topics and
+subscription names of its own.
 """
 
 import re
@@ -32,10 +35,10 @@ STORES = {
 }
 
 
-@pytest.fixture
-def users(tmp_path):
+@pytest.fixture(scope="module")
+def users(tmp_path_factory):
     """The -D overrides of a user repository holding admin, alice and bob."""
-    return write_users(tmp_path / "users", USERS)
+    return write_users(tmp_path_factory.mktemp("users"), USERS)
 
 
 @pytest.fixture
@@ -46,9 +49,10 @@ def restartable(broker_factory, tmp_path, users):
                                                varhome=tmp_path / "varhome")
 
 
-@pytest.fixture
-def broker(restartable):
-    return restartable()
+@pytest.fixture(scope="module")
+def broker(module_broker_factory, users):
+    """The module's broker with the users above, for the tests that need no restart."""
+    return module_broker_factory(users)
 
 
 def login(broker, user, **kwargs):
@@ -125,6 +129,13 @@ def test_a_reply_to_a_gone_temporary_queue_is_refused(broker):
 
 # -- durable subscriptions ----------------------------------------------------------------
 
+@pytest.fixture
+def durable():
+    """A container id, a topic and a subscription name of this test's own:
+    C{(container, topic address, subscription name)}."""
+    return unique("app"), f"topic://{unique('rates')}", unique("rates-sub")
+
+
 def subscribe_durable(conn, topic="topic://rates", name="rates-sub"):
     return conn.create_receiver(topic, name=name, options=DurableSubscription())
 
@@ -136,61 +147,64 @@ def publish(broker, *bodies, topic="topic://rates"):
             sender.send(Message(body=body, durable=True))
 
 
-def test_another_user_cannot_resume_or_delete_a_durable_subscription(broker):
+def test_another_user_cannot_resume_or_delete_a_durable_subscription(broker, durable):
     """Bob reusing alice's container id and subscription name is refused with
     unauthorized-access and a description, also with another topic (which would
     replace it); alice then resumes it with every message kept."""
-    with login(broker, "alice", container_id="app") as conn:
-        subscribe_durable(conn).link.detach()
-    publish(broker, "r1", "r2")
-    with login(broker, "bob", container_id="app") as conn:
-        error = refused_attach(conn, "topic://rates", name="rates-sub",
-                               options=DurableSubscription())
+    app, topic, name = durable
+    with login(broker, "alice", container_id=app) as conn:
+        subscribe_durable(conn, topic, name).link.detach()
+    publish(broker, "r1", "r2", topic=topic)
+    with login(broker, "bob", container_id=app) as conn:
+        error = refused_attach(conn, topic, name=name, options=DurableSubscription())
         assert error.condition == UNAUTHORIZED
-        assert ("durable subscription rates-sub of container app belongs to another"
+        assert (f"durable subscription {name} of container {app} belongs to another"
                 " user") in str(error)
-        error = refused_attach(conn, "topic://other", name="rates-sub",
+        error = refused_attach(conn, f"topic://{unique('other')}", name=name,
                                options=DurableSubscription())
         assert error.condition == UNAUTHORIZED
-    with login(broker, "alice", container_id="app") as conn:
-        got = receive_all(subscribe_durable(conn), 2)
+    with login(broker, "alice", container_id=app) as conn:
+        got = receive_all(subscribe_durable(conn, topic, name), 2)
         assert [m.body for m in got] == ["r1", "r2"]
 
 
-def test_admin_resumes_and_deletes_another_users_durable_subscription(broker):
+def test_admin_resumes_and_deletes_another_users_durable_subscription(broker, durable):
     """A member of group admin may resume a user's durable subscription and delete
     it (detach with closed=true): the subscription is gone afterwards."""
-    with login(broker, "alice", container_id="app") as conn:
-        subscribe_durable(conn).link.detach()
-    publish(broker, "r1")
-    with login(broker, "admin", container_id="app") as conn:
-        receiver = subscribe_durable(conn)
+    app, topic, name = durable
+    with login(broker, "alice", container_id=app) as conn:
+        subscribe_durable(conn, topic, name).link.detach()
+    publish(broker, "r1", topic=topic)
+    with login(broker, "admin", container_id=app) as conn:
+        receiver = subscribe_durable(conn, topic, name)
         assert [m.body for m in receive_all(receiver, 1)] == ["r1"]
         receiver.close()    # closed=true: unsubscribe
-    publish(broker, "r2")
-    with login(broker, "alice", container_id="app") as conn:
-        receiver = subscribe_durable(conn)    # a new, empty subscription
+    publish(broker, "r2", topic=topic)
+    with login(broker, "alice", container_id=app) as conn:
+        receiver = subscribe_durable(conn, topic, name)    # a new, empty subscription
         assert drain(conn, receiver) == []
 
 
 def test_stomp_durable_subscription_belongs_to_its_user(broker):
     """Over STOMP, bob reusing alice's client-id and durable-subscription-name gets
     an ERROR, and alice resumes her subscription with its backlog."""
-    durable = {"durable-subscription-name": "news-sub"}
+    durable = {"durable-subscription-name": unique("news-sub")}
+    client_id = {"client-id": unique("sapp")}
+    news = unique("news")
     with clients() as open_client:
-        alice = stomp_login(open_client, broker, "alice", **{"client-id": "sapp"})
-        sub_id = alice.subscribe("/topic/news", **durable)
+        alice = stomp_login(open_client, broker, "alice", **client_id)
+        sub_id = alice.subscribe(f"/topic/{news}", **durable)
         alice.frame("unsubscribe", sub_id)     # a durable subscription stays
         alice.disconnect()
-    publish(broker, "n1", topic="topic://news")
+    publish(broker, "n1", topic=f"topic://{news}")
     with clients() as open_client:
-        bob = stomp_login(open_client, broker, "bob", **{"client-id": "sapp"})
-        error = refused_subscribe(bob, "/topic/news", **durable)
+        bob = stomp_login(open_client, broker, "bob", **client_id)
+        error = refused_subscribe(bob, f"/topic/{news}", **durable)
         assert error.headers["message"] == "access refused"
         assert "belongs to another user" in error.body.decode()
     with clients() as open_client:
-        alice = stomp_login(open_client, broker, "alice", **{"client-id": "sapp"})
-        alice.subscribe("/topic/news", **durable)
+        alice = stomp_login(open_client, broker, "alice", **client_id)
+        alice.subscribe(f"/topic/{news}", **durable)
         alice.collector.wait_for_messages(1)
         assert [m.body for m in alice.messages] == [b"n1"]
 

@@ -55,6 +55,13 @@ def stomp_login(broker, user, password):
     return True
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker):
+    """One broker for the module: each test changes users of its own, and the one that
+    breaks the repository mends it again."""
+    return module_broker
+
+
 def until(predicate, what, timeout=SEEN_WITHIN):
     """Try C{predicate} until it is true, for at most C{timeout} seconds."""
     deadline = time.monotonic() + timeout
@@ -98,10 +105,13 @@ def test_broken_repository_keeps_the_users_and_logs_the_line(broker, tmp_path):
     path = broker.varhome / "instances" / "mqgate" / "etc" / "passwd"
     text = path.read_text(encoding="utf-8")
     path.write_text(text + "not a user line\n", encoding="utf-8")
-    line = text.count("\n") + 1
-    until(lambda: amqp_login(broker, "admin", "admin") and any(
-        f"{path}:{line}" in out for out in broker.output), "warning in the log")
-    assert amqp_login(broker, "admin", "admin")
+    try:
+        line = text.count("\n") + 1
+        until(lambda: amqp_login(broker, "admin", "admin") and any(
+            f"{path}:{line}" in out for out in broker.output), "warning in the log")
+        assert amqp_login(broker, "admin", "admin")
+    finally:
+        path.write_text(text, encoding="utf-8")
 
 
 def test_startup_warning_names_the_real_command(broker):

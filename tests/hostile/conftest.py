@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import broker, broker_factory, passfile  # noqa: F401 - fixtures
+from tests.e2e.conftest import (  # noqa: F401 - fixtures
+    broker, broker_factory, module_broker, module_broker_factory, passfile)
 from tests.hostile.probe import Probe
 
 _HERE = Path(__file__).resolve().parent

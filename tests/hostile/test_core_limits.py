@@ -23,6 +23,7 @@ from tests.e2e.broker import BrokerProcess
 from tests.e2e.proton_client import drain, opened, run_container
 from tests.e2e.stomp_client import RawStomp, clients, unique
 from tests.e2e.test_flow_control import StalledProducer
+from tests.e2e.users import seed_default_users
 from tests.hostile.probe import wait_until
 
 #: The subscription of the report: exponential for the old matcher.
@@ -110,6 +111,7 @@ def test_stored_pathological_durable_survives_lower_limits(tmp_path, probe):
     broker whose level limit is lower than the pattern: the broker starts, says in its
     log that it kept the subscription, keeps its backlog, and answers the probe."""
     varhome = tmp_path / "varhome"
+    seed_default_users(varhome)
     first = BrokerProcess(varhome).start()
     try:
         with opened(first, container_id="pathological") as conn:

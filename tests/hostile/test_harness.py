@@ -13,6 +13,13 @@ import pytest
 from tests.hostile.probe import Probe, broker_rss, wait_until
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker):
+    """One broker for the module: every test leaves it running as it found it (a
+    frozen broker is always sent SIGCONT, a probe closes its connection)."""
+    return module_broker
+
+
 def stall(broker, seconds):
     """Freeze the broker process for C{seconds} (SIGSTOP, then SIGCONT)."""
     os.kill(broker.pid, signal.SIGSTOP)

@@ -6,8 +6,14 @@ import socket
 import threading
 import time
 
+import pytest
+
 from tests.e2e.engine_client import EngineClient
 from tests.hostile.probe import wait_until
+
+# Checks that queue behind each other and a bound on pending checks need a check that
+# takes the production hash's time.
+pytestmark = pytest.mark.production_hashes
 
 ATTACKER = "127.0.0.1"
 HONEST = "127.0.0.2"      # Linux routes all of 127/8 to loopback

@@ -42,6 +42,7 @@ from tests.e2e.broker import REPO_ROOT, BrokerError, BrokerProcess, broker_envir
 from tests.e2e.engine_client import EngineClient
 from tests.e2e.stomp_client import open_client
 from tests.e2e.test_crash import body_of, identify
+from tests.e2e.users import seed_default_users
 from tests.store.test_full_disk import own_postgres, pg_start, pg_stop  # noqa: F401
 from tests.store.tmpfs import SmallFilesystem
 
@@ -214,6 +215,7 @@ def test_a_full_disk_refuses_persistent_messages_and_recovers(filled_store, pass
     started = []
 
     def start():
+        seed_default_users(varhome, defines)
         broker = BrokerProcess(varhome, defines=dict(defines))
         started.append(broker)
         return broker.start(timeout=DEADLINE)
@@ -334,6 +336,7 @@ def test_postgresql_stopped_and_started_under_load(tmp_path, own_postgres, probe
     defines = {"mqgate.persist.store": "jdbc",
                "mqgate.persist.jdbc.dbVendor": "postgresql",
                "mqgate.persist.jdbc.opendburl": cluster.dsn(cluster.create_database())}
+    seed_default_users(tmp_path / "varhome", defines)
     broker = BrokerProcess(tmp_path / "varhome", defines=defines)
     try:
         broker.start(timeout=DEADLINE)

@@ -11,7 +11,8 @@ from tests.e2e.conftest import broker_factory  # noqa: F401 - the fixture
 from tests.hostile.probe import wait_until
 from tests.hostile.test_logins import stomp_login
 
-pytestmark = pytest.mark.e2e
+# The time of a failed login is the time of the production hash (~100 ms).
+pytestmark = [pytest.mark.e2e, pytest.mark.production_hashes]
 
 ATTEMPTS = 20
 #: How far apart the two medians may be, as a ratio. The work itself is counted, not
