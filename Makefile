@@ -14,7 +14,7 @@ PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 
 # Install in editable mode, *compat* flavour, and not a regular install or the
-# default (strict/lenient) editable mode. Why (ARCHITECTURE.md, Known pitfalls):
+# default (strict/lenient) editable mode. Why:
 # twistd finds `mqgate` through twisted.plugins.__path__, which Twisted extends
 # with <entry>/twisted/plugins for every *sys.path entry*.
 #  - The default PEP 660 editable install of this flat layout maps the packages

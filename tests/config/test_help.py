@@ -13,7 +13,7 @@ from mqgate.config import shipped_properties
 from tests.config.test_tap import ROOT
 from tests.e2e.broker import broker_environment, twistd_command
 
-#: A requirement id of SPEC.md, as it would leak into a text.
+#: A requirement id (docs/requirements.md), as it would leak into a text.
 SID = re.compile(r"\bS\d+\.\d+")
 
 #: Method names that log (twisted.logger and the legacy twisted.python.log).
@@ -51,6 +51,13 @@ def test_mqgate_help_and_every_subcommand_help_have_no_requirement_ids(capsys):
 def test_shipped_configuration_has_no_requirement_ids():
     """The documented configuration an operator edits."""
     assert SID.findall(shipped_properties()) == []
+
+
+@pytest.mark.parametrize("name", ["passwd", "accesscontrol.properties", "mqgate.service"])
+def test_other_shipped_files_have_no_requirement_ids(name):
+    """The user repository's and the access rules' headers, written into each new
+    instance for the operator to edit, and the systemd unit."""
+    assert SID.findall((ROOT / "etc" / name).read_text(encoding="utf-8")) == []
 
 
 def texts_with_ids(source):
