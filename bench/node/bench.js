@@ -151,10 +151,11 @@ function amqpBody(size) {
 }
 
 // A receiver that counts `total` messages; resolves with its first and last times.
-async function amqpCounter(options, run, address, total, presettled, name, onMessage) {
+// `durable` asks for a durable terminus (see amqpQueue).
+async function amqpCounter(options, run, address, total, presettled, name, onMessage, durable) {
   const connection = await amqpConnect(options, run, name);
   const receiver = connection.open_receiver({
-    source: { address }, credit_window: 1000, autoaccept: !presettled,
+    source: { address, durable: durable ? 1 : 0 }, credit_window: 1000, autoaccept: !presettled,
     snd_settle_mode: presettled ? 1 : 0,
   });
   const counter = { count: 0, first: 0, last: 0, receiver };
@@ -183,7 +184,8 @@ async function amqpCounter(options, run, address, total, presettled, name, onMes
 async function amqpProduce(options, run, address, total, { presettled, durable, size, window }) {
   const connection = await amqpConnect(options, run, 'producer');
   const sender = connection.open_sender({
-    target: { address }, snd_settle_mode: presettled ? 1 : 0, autosettle: true,
+    target: { address, durable: durable ? 1 : 0 }, snd_settle_mode: presettled ? 1 : 0,
+    autosettle: true,
   });
   const message = { body: amqpBody(size), durable: Boolean(durable) };
   const state = { sent: 0, accepted: 0, refused: 0 };
@@ -221,7 +223,11 @@ async function amqpProduce(options, run, address, total, { presettled, durable, 
 async function amqpQueue(options, run, scenario, { presettled, durable, size }) {
   const address = `${options.amqpQueuePrefix}bench.node.amqp.${scenario}`;
   const total = options.messages;
-  const consumer = await amqpCounter(options, run, address, total, presettled, 'consumer');
+  // Persistent messages go to a queue attached with durable termini: RabbitMQ declares
+  // the queue durable only then, and keeps a persistent message on disk only in a
+  // durable queue (mqgate and ActiveMQ have no transient queues and ignore it).
+  const consumer = await amqpCounter(options, run, address, total, presettled, 'consumer',
+    undefined, durable);
   run.status = () => `received ${consumer.count} of ${total}`;
   const producing = amqpProduce(options, run, address, total,
     { presettled, durable, size, window: 1000 });

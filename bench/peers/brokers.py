@@ -256,6 +256,8 @@ class RabbitMQ(Peer):
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
         )
         self._spawn([RABBITMQ_SERVER], env)
+        #: The environment rabbitmqctl needs to reach this node (its epmd and cookie).
+        self.environment = env
 
 
 class ActiveMQ(Peer):
