@@ -101,6 +101,9 @@ def parse_args(argv):
     parser.add_argument("--stomp-port", type=int, default=61613,
                         help="with --broker: every broker's STOMP port (default 61613; "
                              "0 picks a free one)")
+    parser.add_argument("--summary-of", type=Path, metavar="JSONL",
+                        help="print the summary table of a comparison saved in "
+                             "bench/results/ (a run cut short included) and exit")
     parser.add_argument("--results", type=Path, default=BENCH_DIR / "results",
                         help="directory for the .jsonl record (default bench/results)")
     parser.add_argument("--no-save", action="store_true", help="print only")
@@ -389,8 +392,21 @@ def generator_description():
             "its own plain STOMP 1.2 client for STOMP")
 
 
+def summary_of(path, rate):
+    """The summary of a saved comparison: the brokers and rounds its lines name."""
+    lines = [json.loads(text) for text in path.read_text(encoding="utf-8").splitlines()
+             if text.startswith("{")]
+    named = {line.get("broker", "mqgate") for line in lines}
+    brokers = [name for name in BROKERS if name in named]
+    rounds = max((line.get("round", 1) for line in lines), default=0)
+    return render_summary(summarize(lines, brokers, rate), brokers, rounds)
+
+
 def main(argv=None):
     options = parse_args(sys.argv[1:] if argv is None else argv)
+    if options.summary_of:
+        print(summary_of(options.summary_of, options.rate))
+        return 0
     problem = node_problem()
     if problem:
         print(f"run_node.py: {problem}", file=sys.stderr)

@@ -6,6 +6,7 @@ medians, which other broker is best, mqgate's ratio to it, and what was skipped.
 """
 
 import argparse
+import json
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -142,3 +143,16 @@ def test_a_protocol_the_peer_lacks_is_skipped_without_starting_it(monkeypatch, t
     assert lines == [{"broker": "activemq", "round": 1, "scenario": "amqp-queue-4k",
                       "skipped": brokers.ActiveMQ(tmp_path, 1, 2).note}]
     assert "no AMQP module" in lines[0]["skipped"]
+
+
+def test_summary_of_a_saved_run(tmp_path, capsys):
+    """--summary-of turns a saved (possibly cut short) comparison into the same table,
+    with the brokers and rounds its lines name."""
+    saved = tmp_path / "run.jsonl"
+    saved.write_text("".join(json.dumps(entry) + "\n" for entry in LINES), encoding="utf-8")
+    assert run_node.main(["--summary-of", str(saved)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0] == ("| scenario | generator | mqgate | rabbitmq | activemq "
+                                    "| best other | mqgate / best |")
+    assert "| 20,000 (2 of 3 runs) | 10,000 | 25,000 | activemq | 0.80 |" in text
+    assert "Medians of 3 runs" in text
