@@ -98,3 +98,17 @@ def test_the_checker_finds_ids_in_log_calls_and_raised_errors():
 def test_log_and_error_texts_have_no_requirement_ids(path):
     """Every log format string and raised error text in mqgate/ speaks without ids."""
     assert texts_with_ids(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "bench").glob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_bench_help_has_no_requirement_ids(path):
+    """A bench script's --help: its description (most use the docstring's first line)
+    and every help= and description= text."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    texts = [(ast.get_docstring(tree) or "").splitlines()[:1]]
+    texts += [[leaf.value] for node in ast.walk(tree) if isinstance(node, ast.keyword)
+              and node.arg in ("help", "description")
+              for leaf in ast.walk(node.value)
+              if isinstance(leaf, ast.Constant) and isinstance(leaf.value, str)]
+    assert [text for group in texts for text in group if SID.search(text)] == []
