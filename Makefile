@@ -3,6 +3,7 @@
 #   make run     install into .venv and run the broker in the foreground
 #   make test    install with the test extra and run the whole suite
 #   make bench   run the throughput benchmarks (not part of `make test`)
+#   make bench BROKER=rabbitmq,activemq   (or all) compare mqgate with other brokers
 #   make fuzz    run the fuzz targets, a million inputs each (not part of `make test`)
 #
 # Everything goes into .venv; nothing is installed into the system Python.
@@ -13,7 +14,7 @@ PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 
 # Install in editable mode, *compat* flavour, and not a regular install or the
-# default (strict/lenient) editable mode. Why (ARCHITECTURE.md, Known pitfalls):
+# default (strict/lenient) editable mode. Why:
 # twistd finds `mqgate` through twisted.plugins.__path__, which Twisted extends
 # with <entry>/twisted/plugins for every *sys.path entry*.
 #  - The default PEP 660 editable install of this flat layout maps the packages
@@ -31,7 +32,7 @@ INSTALL_STAMP = $(VENV)/.mqgate-install
 TEST_STAMP    = $(VENV)/.mqgate-install-test
 PACKAGING     = setup.cfg pyproject.toml
 
-.PHONY: venv install install-test postgres-server ldap-server proxy-server browser run test bench node-bench node-mqlight fuzz clean
+.PHONY: venv install install-test postgres-server ldap-server proxy-server browser run test bench node-bench node-mqlight peer-brokers fuzz clean
 
 venv: $(PY)
 
@@ -174,13 +175,62 @@ test: install-test postgres-server ldap-server node-bench browser
 # run: make bench BENCH_ARGS='--messages 20000' NODE_BENCH_ARGS='--messages 20000 --seconds 3').
 # The Node generator's packages come from bench/node/package-lock.json; without node and
 # npm its scenarios are skipped with a note.
-bench: install-test node-bench
+#
+# BROKER (rabbitmq, activemq, a comma-separated list, or all) turns make bench into a
+# comparison: only the Node generator's scenarios, run against mqgate and each broker
+# named, in turn on the same ports (AMQP 5672, STOMP 61613: nothing else may listen
+# there), BENCH_ROUNDS times, then a table of medians and ratios (bench/README.md).
+# The brokers are Debian's packages, installed by peer-brokers when missing.
+BROKER       ?=
+BENCH_ROUNDS ?= 3
+PEER_NAMES    = $(if $(filter all,$(BROKER)),rabbitmq activemq,$(subst $(comma),$(space),$(BROKER)))
+comma        := ,
+empty        :=
+space        := $(empty) $(empty)
+
+bench: install-test node-bench $(if $(BROKER),peer-brokers)
+ifeq ($(strip $(BROKER)),)
 	$(PY) bench/run.py $(BENCH_ARGS)
 	@if [ -d bench/node/node_modules ]; then \
 		$(PY) bench/run_node.py $(NODE_BENCH_ARGS); \
 	else \
 		echo "make bench: node and npm not found, skipping the Node generator (bench/node); install Node.js 18+ and npm to run it"; \
 	fi
+else
+	@[ -d bench/node/node_modules ] || { echo "make bench BROKER=$(BROKER): the comparison needs node and npm (Node.js 18+), which are not installed" >&2; exit 1; }
+	$(PY) bench/run_node.py --broker mqgate,$(subst $(space),$(comma),$(strip $(PEER_NAMES))) \
+	  --rounds $(BENCH_ROUNDS) --summary $(NODE_BENCH_ARGS)
+endif
+
+# The other brokers of a comparison, from Debian's packages: rabbitmq-server (3.10 in
+# bookworm; its AMQP 1.0 and STOMP plugins ship with it) and activemq (5.17, STOMP; the
+# package has no AMQP module). Only make bench BROKER=... asks for them. Their postinst
+# would start a system broker on 5672/61613 where an init system runs: it is stopped
+# and kept from starting at boot, since bench/run_node.py starts its own, on loopback,
+# with its own configuration and data (bench/peers/).
+peer-brokers:
+	@for name in $(PEER_NAMES); do \
+	  case $$name in \
+	    rabbitmq) package=rabbitmq-server; present=/usr/lib/rabbitmq/bin/rabbitmq-server ;; \
+	    activemq) package=activemq; present=/usr/share/activemq/bin/activemq.jar ;; \
+	    *) echo "make bench: unknown BROKER $$name: choose rabbitmq, activemq, or all" >&2; exit 2 ;; \
+	  esac; \
+	  [ -e $$present ] && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $$name (Debian package $$package) for the comparison"; \
+	    { apt-get update && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y --no-install-recommends $$package; } || exit 1; \
+	    if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then \
+	      systemctl disable --now $$package; \
+	    else \
+	      service $$package stop 2>/dev/null; \
+	    fi; true; \
+	  else \
+	    echo "*** $$name is not installed and cannot be installed here (needs root and" \
+	         "apt-get): install the Debian package $$package, or leave it out of BROKER." >&2; \
+	    exit 1; \
+	  fi; \
+	done
 
 # The Node load generator's packages (bench/node/package-lock.json), when node and npm
 # are here: make bench runs it, and make test's smoke test runs it with tiny counts.

@@ -1,5 +1,5 @@
-"""Persistent AMQP messages through mqgate's store (S3.4, issue 6): messages/s and
-fsyncs/s, so that group commit shows.
+"""Persistent AMQP messages through mqgate's store: messages/s and fsyncs/s, so that
+group commit shows (S3.4, issue 6).
 
 One scenario: a broker with the store and sync setting of the scenario (``-D``
 settings), one consumer accepting everything, and 1 or 10 producers, each in its own

@@ -29,9 +29,9 @@ Why the producer asks for a receipt every ``RECEIPT_EVERY`` frames and never run
 more than ``MAX_AHEAD`` frames past the last receipt: STOMP has no flow control of
 its own, so a producer that only waits for the socket measures how fast the kernel
 and the broker's read buffer swallow bytes, not how fast the broker routes messages;
-the broker would also hold an unbounded backlog in memory, and a queue with the
-source system's limit (100,000, REJECT_NEWEST: FACTS.md, auto-create) would refuse
-messages. A receipt is written after the SEND before it has been routed (S10.2), so
+the broker would also hold an unbounded backlog in memory, and a full queue (an
+auto-created one holds 100,000) would stop reading the producer or, set to
+REJECT_NEWEST, refuse messages. A receipt is written after the SEND before it has been routed (S10.2), so
 a window of two batches keeps the broker busy while bounding the work in flight, and
 ``producer_msgs_per_s`` (first SEND to the last receipt) is a rate of routed messages.
 

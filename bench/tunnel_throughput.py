@@ -1,5 +1,5 @@
-"""AMQP queue throughput over the HTTP tunnel (S10.3): one producer, one consumer, 256 B
-messages, at-least-once (the consumer accepts each message, the broker settles each
+"""AMQP queue throughput over the HTTP tunnel: one producer, one consumer, 256 B
+messages, at-least-once (S10.3; the consumer accepts each message, the broker settles each
 transfer), both clients on mqgate's own AMQP engine over TunnelClientEndpoint
 (tests/tunnel/driver.py), each in its own process, on the httpjms service.
 

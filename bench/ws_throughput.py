@@ -1,11 +1,12 @@
-"""AMQP over WebSocket against AMQP over TCP, one generator, one broker (S10.3).
+"""AMQP over WebSocket against AMQP over TCP, one generator, one broker.
 
-One producer process, one consumer process, one queue, 256-byte bodies, presettled,
-as bench/amqp_engine_throughput.py; the clients are tests/ws/engine_peer.py, mqgate's
-own AMQP engine on Twisted, connected once through a TCP endpoint to the jms service
-and once through mqgate.ws.client.WebSocketClientEndpoint to httpjms's /ws. Only the
-endpoint differs, so the ratio is what the WebSocket costs (framing, masking, the
-virtual transport); the target is at least 70 % of TCP.
+The WebSocket of S10.3. One producer process, one consumer process, one queue, 256-byte
+bodies, presettled, as bench/amqp_engine_throughput.py; the clients are
+tests/ws/engine_peer.py, mqgate's own AMQP engine on Twisted, connected once through a
+TCP endpoint to the jms service and once through
+mqgate.ws.client.WebSocketClientEndpoint to httpjms's /ws. Only the endpoint differs, so
+the ratio is what the WebSocket costs (framing, masking, the virtual transport); the
+target is at least 70 % of TCP.
 
     python bench/ws_throughput.py [--messages N] [--size B]
 """

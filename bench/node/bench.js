@@ -21,18 +21,25 @@ const USAGE = `usage: node bench.js [options]
   --user U --password P  SASL PLAIN / STOMP login (default guest/guest; --user '' for none)
   --only NAMES         comma-separated scenario names (default all): ${'{'}amqp,stomp}-{queue-presettled,
                        queue-persistent,fanout-10,latency-2000,queue-4k}
-  --timeout S          seconds a scenario may go without progress before it fails (default 30)`;
+  --timeout S          seconds a scenario may go without progress before it fails (default 30)
+  --amqp-queue-prefix P  put P before the AMQP queue names (default none: mqgate and ActiveMQ
+                       take a bare name as a queue; RabbitMQ 3.10 wants /queue/)
+  --amqp-topic-prefix P  the AMQP topic's prefix (default topic://; RabbitMQ 3.10 wants /topic/)
+  --stomp-host H       the STOMP CONNECT frame's host header (default the URL's host; RabbitMQ
+                       takes it as its virtual host and wants /)`;
 
 function parseArgs(argv) {
   const options = {
     amqpUrl: 'amqp://127.0.0.1:5672', stompUrl: 'stomp://127.0.0.1:61613',
     messages: 200000, seconds: 10, rate: 2000, user: 'guest', password: 'guest',
-    only: [], timeout: 30,
+    only: [], timeout: 30, amqpQueuePrefix: '', amqpTopicPrefix: 'topic://', stompHost: '',
   };
   const names = {
     '--amqp-url': 'amqpUrl', '--stomp-url': 'stompUrl', '--messages': 'messages',
     '--seconds': 'seconds', '--rate': 'rate', '--user': 'user', '--password': 'password',
     '--only': 'only', '--timeout': 'timeout',
+    '--amqp-queue-prefix': 'amqpQueuePrefix', '--amqp-topic-prefix': 'amqpTopicPrefix',
+    '--stomp-host': 'stompHost',
   };
   for (let i = 0; i < argv.length; i += 1) {
     if (argv[i] === '--help' || argv[i] === '-h') {
@@ -144,10 +151,11 @@ function amqpBody(size) {
 }
 
 // A receiver that counts `total` messages; resolves with its first and last times.
-async function amqpCounter(options, run, address, total, presettled, name, onMessage) {
+// `durable` asks for a durable terminus (see amqpQueue).
+async function amqpCounter(options, run, address, total, presettled, name, onMessage, durable) {
   const connection = await amqpConnect(options, run, name);
   const receiver = connection.open_receiver({
-    source: { address }, credit_window: 1000, autoaccept: !presettled,
+    source: { address, durable: durable ? 1 : 0 }, credit_window: 1000, autoaccept: !presettled,
     snd_settle_mode: presettled ? 1 : 0,
   });
   const counter = { count: 0, first: 0, last: 0, receiver };
@@ -176,7 +184,8 @@ async function amqpCounter(options, run, address, total, presettled, name, onMes
 async function amqpProduce(options, run, address, total, { presettled, durable, size, window }) {
   const connection = await amqpConnect(options, run, 'producer');
   const sender = connection.open_sender({
-    target: { address }, snd_settle_mode: presettled ? 1 : 0, autosettle: true,
+    target: { address, durable: durable ? 1 : 0 }, snd_settle_mode: presettled ? 1 : 0,
+    autosettle: true,
   });
   const message = { body: amqpBody(size), durable: Boolean(durable) };
   const state = { sent: 0, accepted: 0, refused: 0 };
@@ -212,9 +221,13 @@ async function amqpProduce(options, run, address, total, { presettled, durable, 
 }
 
 async function amqpQueue(options, run, scenario, { presettled, durable, size }) {
-  const address = `bench.node.amqp.${scenario}`;
+  const address = `${options.amqpQueuePrefix}bench.node.amqp.${scenario}`;
   const total = options.messages;
-  const consumer = await amqpCounter(options, run, address, total, presettled, 'consumer');
+  // Persistent messages go to a queue attached with durable termini: RabbitMQ declares
+  // the queue durable only then, and keeps a persistent message on disk only in a
+  // durable queue (mqgate and ActiveMQ have no transient queues and ignore it).
+  const consumer = await amqpCounter(options, run, address, total, presettled, 'consumer',
+    undefined, durable);
   run.status = () => `received ${consumer.count} of ${total}`;
   const producing = amqpProduce(options, run, address, total,
     { presettled, durable, size, window: 1000 });
@@ -224,7 +237,7 @@ async function amqpQueue(options, run, scenario, { presettled, durable, size }) 
 }
 
 async function amqpFanout(options, run, consumers) {
-  const address = 'topic://bench.node.amqp.fanout';
+  const address = `${options.amqpTopicPrefix}bench.node.amqp.fanout`;
   const published = Math.max(1, Math.floor(options.messages / consumers));
   const counters = [];
   for (let i = 0; i < consumers; i += 1) {
@@ -289,7 +302,7 @@ function latencyLine(options, latencies, total, elapsed) {
 }
 
 async function amqpLatency(options, run) {
-  const address = 'bench.node.amqp.latency';
+  const address = `${options.amqpQueuePrefix}bench.node.amqp.latency`;
   const total = Math.floor(options.rate * options.seconds);
   const latencies = new Array(total);
   const consumer = await amqpCounter(options, run, address, total, true, 'consumer',
@@ -344,7 +357,7 @@ class StompClient {
       client.onFrame = (command) => {
         if (command === 'CONNECTED') resolve(client);
       };
-      const headers = { 'accept-version': '1.2', host, 'heart-beat': '0,0' };
+      const headers = { 'accept-version': '1.2', host: options.stompHost || host, 'heart-beat': '0,0' };
       if (options.user) {
         headers.login = options.user;
         headers.passcode = options.password;
@@ -428,7 +441,9 @@ async function stompCounter(options, run, destination, total, ack, name, onMessa
     };
   });
   client.write(stompFrame('SUBSCRIBE', {
-    id: '1', destination, ack, 'activemq.prefetchSize': '1000', receipt: 'sub',
+    // The prefetch of 1,000 in the words of ActiveMQ and of RabbitMQ (mqgate knows both).
+    id: '1', destination, ack, 'activemq.prefetchSize': '1000', 'prefetch-count': '1000',
+    receipt: 'sub',
   }));
   await subscribed;
   return counter;

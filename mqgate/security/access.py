@@ -71,7 +71,7 @@ _NONE, _ALLOW, _DENY = 0, 1, 2
 #: The shipped rules (etc/accesscontrol.properties), installed into an instance's etc
 #: directory at its first start.
 DEFAULT_FILE_TEXT = """\
-# mqgate access control (S4.5), in the source system's syntax (OpenMQ's
+# mqgate access control, in the source system's syntax (OpenMQ's
 # accesscontrol.properties). Edit it while the broker runs: it is re-read within a
 # second of a change, or at once with `mqgate cmd reload rules`. A file with a mistake
 # is refused with the line and the reason in the broker's log; the rules before it

@@ -78,7 +78,7 @@ _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 
 _HEADER = """\
-# mqgate user repository (S4.3).
+# mqgate user repository.
 #
 # One user per line:  user:hash:group:active
 #   user    at least one character; none of * , : newline CR; not starting with #

@@ -121,3 +121,19 @@ def test_node_generator(urls):
                                     "--amqp-url", urls["amqp"], "--stomp-url", urls["stomp"]))
     assert len(lines) == 10
     assert {line["generator"] for line in lines} == {"node-rhea", "node-stomp"}
+
+
+def test_tunnel_throughput():
+    """bench/tunnel_throughput.py moves 200 messages through the HTTP tunnel on its own
+    broker, directly and through tinyproxy (a "skipped" line where it is missing)."""
+    lines = run_bench(python_script("tunnel_throughput.py", *TINY))
+    assert [line["scenario"] for line in lines] == ["tunnel-queue-unsettled",
+                                                    "tunnel-proxy-queue-unsettled"]
+    assert lines[0]["messages"] == 200
+
+
+def test_ws_throughput():
+    """bench/ws_throughput.py moves 200 messages over TCP and over WebSocket and gives
+    their ratio."""
+    lines = run_bench(python_script("ws_throughput.py", *TINY))
+    assert lines[0]["messages"] == 200 and lines[0]["ws_vs_tcp"] > 0

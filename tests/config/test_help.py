@@ -13,7 +13,7 @@ from mqgate.config import shipped_properties
 from tests.config.test_tap import ROOT
 from tests.e2e.broker import broker_environment, twistd_command
 
-#: A requirement id of SPEC.md, as it would leak into a text.
+#: A requirement id (docs/requirements.md), as it would leak into a text.
 SID = re.compile(r"\bS\d+\.\d+")
 
 #: Method names that log (twisted.logger and the legacy twisted.python.log).
@@ -51,6 +51,13 @@ def test_mqgate_help_and_every_subcommand_help_have_no_requirement_ids(capsys):
 def test_shipped_configuration_has_no_requirement_ids():
     """The documented configuration an operator edits."""
     assert SID.findall(shipped_properties()) == []
+
+
+@pytest.mark.parametrize("name", ["passwd", "accesscontrol.properties", "mqgate.service"])
+def test_other_shipped_files_have_no_requirement_ids(name):
+    """The user repository's and the access rules' headers, written into each new
+    instance for the operator to edit, and the systemd unit."""
+    assert SID.findall((ROOT / "etc" / name).read_text(encoding="utf-8")) == []
 
 
 def texts_with_ids(source):
@@ -91,3 +98,17 @@ def test_the_checker_finds_ids_in_log_calls_and_raised_errors():
 def test_log_and_error_texts_have_no_requirement_ids(path):
     """Every log format string and raised error text in mqgate/ speaks without ids."""
     assert texts_with_ids(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "bench").glob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_bench_help_has_no_requirement_ids(path):
+    """A bench script's --help: its description (most use the docstring's first line)
+    and every help= and description= text."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    texts = [(ast.get_docstring(tree) or "").splitlines()[:1]]
+    texts += [[leaf.value] for node in ast.walk(tree) if isinstance(node, ast.keyword)
+              and node.arg in ("help", "description")
+              for leaf in ast.walk(node.value)
+              if isinstance(leaf, ast.Constant) and isinstance(leaf.value, str)]
+    assert [text for group in texts for text in group if SID.search(text)] == []
