@@ -1,6 +1,7 @@
 """
-What capture costs a producer (S7.4): core throughput of one queue with one consumer,
-without a capture, with a capture that keeps up, and with a flooded one.
+What capture costs a producer: core throughput of one queue with one consumer,
+without a capture, with a capture that keeps up, and with a flooded one (the bounds
+that keep a flooded capture cheap are S7.4, docs/requirements.md).
 
 Scenarios, one JSON line each:
  - capture-none: 200,000 messages through a queue to an at-least-once consumer (the
