@@ -445,7 +445,9 @@ def create_dst(context, arguments):
         broker.create_topic(name)
     if properties:
         broker.set_limits(kind, name, limits)
-    created = {"name": name, "type": _kind_word(kind), "limits": _limits_data(limits)}
+    # What it got: its own limits, or what the defaults and an address setting give.
+    created = {"name": name, "type": _kind_word(kind),
+               "limits": _limits_data(broker.limits_of(broker.destination(kind, name)))}
     if modes is not None:
         broker.set_consumer_modes(name, modes)
     if kind == QUEUE:
