@@ -12,7 +12,8 @@ S7.9).
     destroy divert -n NAME
     list setting                                  the address and security settings
     create setting -t address -m MATCH [-o fullPolicy=DROP|FAIL|BLOCK|PAGE]
-                   [-o maxSizeBytes=SIZE] [-o maxSizeMessages=N] [-o expiryDelay=SECONDS]
+                   [-o maxSizeBytes=SIZE] [-o maxSizeMessages=N]
+                   [-o expiryDelay=SECONDS]
     create setting -t security -m MATCH -o consume=GROUP[,GROUP]...
     destroy setting -t address|security -m MATCH
 
@@ -60,7 +61,8 @@ _DESTROY_DIVERT = "destroy divert -n NAME"
 _LIST_SETTING = "list setting"
 _CREATE_SETTING = ("create setting -t address|security -m MATCH"
                    " [-o fullPolicy=DROP|FAIL|BLOCK|PAGE] [-o maxSizeBytes=SIZE]"
-                   " [-o maxSizeMessages=N] [-o expiryDelay=SECONDS] [-o consume=GROUPS]")
+                   " [-o maxSizeMessages=N] [-o expiryDelay=SECONDS]"
+                   " [-o consume=GROUPS]")
 _DESTROY_SETTING = "destroy setting -t address|security -m MATCH"
 
 
@@ -350,7 +352,10 @@ COMMANDS = {
     ("list", "setting"): Command(_LIST_SETTING, list_setting,
                                  "the address and security settings made at run time"),
     ("create", "setting"): Command(_CREATE_SETTING, create_setting,
-                                   "make or replace an address or security setting"),
+                                   "make or replace an address setting (bounds for"
+                                   " the queues it matches: FAIL refuses past them,"
+                                   " BLOCK holds producers, DROP drops) or a security"
+                                   " setting"),
     ("destroy", "setting"): Command(_DESTROY_SETTING, destroy_setting,
                                     "remove an address or security setting"),
 }

@@ -856,7 +856,8 @@ class Broker:
     def _mqlight_queue(self, container_id, name, pattern, owner):
         queue = Queue(f"{container_id}:{name}", self.clock, pattern=pattern,
                       durable_key=(container_id, name),
-                      limits=self._subscription_limits(self._topics.get(pattern), pattern),
+                      limits=self._subscription_limits(self._topics.get(pattern),
+                                                       pattern),
                       system=self._system, dead_letters=self.dead_letters)
         queue.matches = mqlight.topic_matches
         queue.owner = owner
@@ -1178,7 +1179,8 @@ class Broker:
             return
         # Limits only when they are the destination's own: the defaults and address
         # settings are applied afresh at every start (S7.1).
-        own = destination.limits_set if kind == QUEUE else destination.limits is not None
+        own = (destination.limits_set if kind == QUEUE
+               else destination.limits is not None)
         attributes = limits_attributes(self.limits_of(destination)) if own else {}
         if kind == QUEUE:
             attributes.update(modes_attributes(destination.modes))
@@ -1483,7 +1485,8 @@ class Broker:
         name = f"mqgate.sub.{next(self._subscription_ids)}"
         topic = self._topics.get(pattern)
         queue = Queue(name, self.clock, pattern=pattern, selector=selector,
-                      limits=self._subscription_limits(topic, pattern), system=self._system,
+                      limits=self._subscription_limits(topic, pattern),
+                      system=self._system,
                       dead_letters=self.dead_letters)
         self._index.add(queue)
         self._paused_like(topic, queue)
@@ -1524,7 +1527,8 @@ class Broker:
         topic = self._topics.get(pattern)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
                       durable_key=key, selector=selector,
-                      limits=self._subscription_limits(topic, pattern), system=self._system,
+                      limits=self._subscription_limits(topic, pattern),
+                      system=self._system,
                       dead_letters=self.dead_letters)
         self._paused_like(topic, queue)
         queue.owner = owner

@@ -164,8 +164,8 @@ def names_limits(attributes):
     """Whether stored C{attributes} give the destination limits of its own (an
     operator's C{update dst}), rather than leaving them to the defaults and address
     settings."""
-    return any(name in attributes for name in
-               (_MAX_NUM_MSGS, _MAX_TOTAL_MSG_BYTES, _LIMIT_BEHAVIOR, *_OTHER_ATTRIBUTES))
+    names = (_MAX_NUM_MSGS, _MAX_TOTAL_MSG_BYTES, _LIMIT_BEHAVIOR, *_OTHER_ATTRIBUTES)
+    return any(name in attributes for name in names)
 
 
 def limits_from_attributes(attributes, default):

@@ -73,8 +73,8 @@ class AddressSetting:
                              " greater than 0 (or none)")
         for what, bound in (("max size bytes", max_bytes),
                             ("max size messages", max_messages)):
-            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
-                                      or bound < 1):
+            if bound is not None and (isinstance(bound, bool)
+                                      or not isinstance(bound, int) or bound < 1):
                 raise ValueError(f"{what} {bound!r} must be a whole number, 1 or more"
                                  " (or none)")
         if policy == "PAGE" and (max_bytes is not None or max_messages is not None):
