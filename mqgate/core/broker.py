@@ -25,7 +25,7 @@ from mqgate.core.addresses import (
 from mqgate.core.diverts import Divert, DivertRouter
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
-from mqgate.core.destinations import Pause, Queue, SubscriptionIndex, Topic
+from mqgate.core.destinations import Pause, Queue, SubscriptionIndex, Topic, drops_new
 from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
     StoreBacklog, SystemLimits, limits_attributes, limits_from_attributes, names_limits)
@@ -295,7 +295,7 @@ class Producer:
             (S3.4, S3.6, S8.1).
         """
         destination = self.admit(message)
-        if destination.full and _dropping(destination):
+        if destination.full and drops_new(destination):
             return None
         if message.seq is None:
             message.seq = self._next_seq()
@@ -597,17 +597,6 @@ def _refuse_if_rejecting(destination):
     if queue.full and queue.limits.behavior == REJECT_NEWEST and not queue.limits.drops:
         raise ResourceLimitExceeded(
             f"{queue.limit_reached()}; the message was not accepted (REJECT_NEWEST)")
-
-
-def _dropping(destination):
-    # S7.1, an address setting's full policy DROP: like REJECT_NEWEST, but the message
-    # goes nowhere silently (its sender is told it was accepted); the full queue counts
-    # it in its dropped.
-    queue = destination if type(destination) is Queue else destination.full
-    if queue.full and queue.limits.drops:
-        queue.dropped += 1
-        return True
-    return False
 
 
 class Broker:

@@ -124,6 +124,18 @@ _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejec
                    "expired", "bytes_in", "bytes_out", "peak_held", "dead", "removed")
 
 
+def drops_new(destination):
+    """Whether a message sent to C{destination} now goes nowhere, silently: the queue
+    (for a topic, the subscription) the last publish left full drops new messages
+    (an address setting's full policy DROP, S7.1) instead of refusing them. Counted
+    in that queue's C{dropped}; its sender is told the message was accepted."""
+    queue = destination if type(destination) is Queue else destination.full
+    if queue and queue.full and queue.limits.drops:
+        queue.dropped += 1
+        return True
+    return False
+
+
 class Queue(_Operated):
     """A point-to-point queue, or the private queue of one topic subscription.
 

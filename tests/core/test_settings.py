@@ -11,8 +11,10 @@ from mqgate.core.addresses import QUEUE, TOPIC
 from mqgate.core.limits import FLOW_CONTROL, REJECT_NEWEST, Limits, ResourceLimitExceeded
 from mqgate.core.runtime import restore, snapshot
 from mqgate.core.settings import AddressSetting
+from mqgate.core.transactions import Transactions
 
 from tests.core import consume, make_broker, send
+from tests.core.test_persistence import held, stored_broker
 
 
 def fail_after(match, count):
@@ -161,3 +163,18 @@ def test_bad_values_are_refused_naming_them(kwargs, words):
     with pytest.raises(ValueError) as refused:
         AddressSetting("x.#", **kwargs)
     assert words in str(refused.value)
+
+
+def test_drop_in_a_transaction_drops_at_the_send_and_stores_nothing():
+    """A transacted send to a full DROP queue goes nowhere, as outside a transaction:
+    the commit neither enqueues nor stores it."""
+    broker, store, clock, _ = stored_broker(None, autocreate_queue=True)
+    broker.set_address_setting(AddressSetting("feed", "DROP", max_messages=1))
+    producer = broker.open_producer("queue://feed")
+    producer.send(BrokerMessage(b"first", durable=True))
+    txn = Transactions(broker, clock).declare()
+    txn.publish(producer, BrokerMessage(b"second", durable=True))
+    assert txn.commit().called
+    queue = broker.queue("feed")
+    assert (queue.held, queue.dropped) == (1, 1)
+    assert [data for _, data, _ in held(store, "queue://feed")] == [b"first"]
