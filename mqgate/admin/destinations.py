@@ -379,6 +379,7 @@ def query_dst(context, arguments):
     # What its paused producers keep back (those attached to it by name).
     data["kept_by_producers"] = sum(p.kept() for p in destination.attached)
     data["limits"] = _limits_data(broker.limits_of(destination))
+    data["limits_from"] = broker.limits_source(destination)
     if kind == QUEUE:
         data["consumer_modes"] = _modes_data(destination.modes)
         data["backup_consumers"] = len(destination.backups)
@@ -401,6 +402,7 @@ def query_dst(context, arguments):
         rows += [("Messages In", data["messages_in"]),
                  ("Subscriptions (on its name)", data["subscriptions"]),
                  ("  Durable", data["durable_subscriptions"])]
+    rows.append(("Limits From", data["limits_from"]))
     rows += [(name, _limit_text(value)) for name, value in data["limits"].items()]
     if kind == QUEUE:
         rows += [(name, _limit_text(value))

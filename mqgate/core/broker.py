@@ -985,6 +985,22 @@ class Broker:
             if limits is not queue.limits:
                 queue.set_limits(limits)
 
+    def limits_source(self, destination):
+        """Where a destination's limits come from (S7.1), for an operator: C{"own"}
+        (an operator's, a ring's, the DMQ's), C{"address setting MATCH"}, or
+        C{"defaults"}."""
+        if type(destination) is Topic:
+            own, name = destination.limits is not None, destination.name
+        else:
+            own = destination.limits_set or destination is self.dmq
+            name = destination.pattern or destination.name
+        if own:
+            return "own"
+        setting = self.settings.address_for(name)
+        if setting is not None and setting.bounded:
+            return f"address setting {setting.match}"
+        return "defaults"
+
     def _limits_for(self, name):
         # The limits of a queue (or subscription on pattern name) with none of its own.
         setting = self.settings.address_for(name)

@@ -144,8 +144,12 @@ def test_address_setting_bounds_are_listed_applied_and_refused_when_bad(broker):
     assert reply.data["max_messages"] == 2 and reply.data["max_bytes"] == 16384
     listed = run(broker, "list", "setting")
     assert "Max messages" in listed.text and "16384" in listed.text
-    shown = run(broker, "query", "dst", "-t", "q", "-n", "orders.eu").data["limits"]
+    queried = run(broker, "query", "dst", "-t", "q", "-n", "orders.eu")
+    shown = queried.data["limits"]
     assert (shown["maxNumMsgs"], shown["limitBehavior"]) == (2, "REJECT_NEWEST")
+    assert "address setting orders.#" in queried.text
+    assert run(broker, "query", "dst", "-t", "q", "-n", "orders.own").data[
+        "limits_from"] == "own"
     assert broker.queue("orders.own").limits.max_count == 50
     # a later consumer-mode change does not make the setting's bounds the queue's own:
     # after a restart without the setting, the queue has the defaults again
@@ -159,6 +163,8 @@ def test_address_setting_bounds_are_listed_applied_and_refused_when_bad(broker):
     assert again.queue("orders.own").limits.max_count == 50
     run(broker, "destroy", "setting", "-t", "address", "-m", "orders.#")
     assert broker.queue("orders.eu").limits.max_count == default
+    assert run(broker, "query", "dst", "-t", "q", "-n", "orders.eu").data[
+        "limits_from"] == "defaults"
     assert broker.queue("orders.own").limits.max_count == 50
 
     for option, words in (("maxSizeMessages=lots", "maxSizeMessages=lots"),
