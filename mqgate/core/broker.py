@@ -1385,7 +1385,6 @@ class Broker:
                                                      limits=self._limits_for(name),
                                                      system=self._system,
                                                      dead_letters=self.dead_letters)
-            destination.expiry_delay = self._expiry_delay_for(name)    # S7.1
             if not temporary:
                 destination.modes = self._modes   # its creator's own: no limits
         else:
