@@ -11,7 +11,9 @@ S7.9).
     create divert -n NAME -d ADDRESS -target ADDRESS [-exclusive] [-s SELECTOR]
     destroy divert -n NAME
     list setting                                  the address and security settings
-    create setting -t address -m MATCH [-o fullPolicy=DROP] [-o expiryDelay=SECONDS]
+    create setting -t address -m MATCH [-o fullPolicy=DROP|FAIL|BLOCK|PAGE]
+                   [-o maxSizeBytes=SIZE] [-o maxSizeMessages=N]
+                   [-o expiryDelay=SECONDS]
     create setting -t security -m MATCH -o consume=GROUP[,GROUP]...
     destroy setting -t address|security -m MATCH
 
@@ -22,6 +24,12 @@ C{retention} (seconds) and C{storedMax} (sizes: C{256k}, C{5g}); the broker's
 C{mqgate.capture.*} settings are the defaults. What these commands make is kept by
 the runtime catalog and made again after a restart; a capture's own divert, ring
 queue and settings are removed with it, never one by one.
+
+An address setting bounds the queues it matches (C{maxSizeBytes}, C{maxSizeMessages})
+and its full policy says what a full one does (FAIL refuses the send, BLOCK holds the
+producer back, DROP drops the message silently; PAGE takes no bounds); its expiry delay
+gives messages without an expiry one. Limits an operator gave a destination
+(C{update dst -o}) win over it; see L{mqgate.core.settings} and docs/settings.md.
 
 Each handler is C{run(context, arguments[, principal]) -> Reply}: it calls the core.
 """
@@ -52,7 +60,9 @@ _CREATE_DIVERT = ("create divert -n NAME -d ADDRESS -target ADDRESS [-exclusive]
 _DESTROY_DIVERT = "destroy divert -n NAME"
 _LIST_SETTING = "list setting"
 _CREATE_SETTING = ("create setting -t address|security -m MATCH"
-                   " [-o fullPolicy=P] [-o expiryDelay=SECONDS] [-o consume=GROUPS]")
+                   " [-o fullPolicy=DROP|FAIL|BLOCK|PAGE] [-o maxSizeBytes=SIZE]"
+                   " [-o maxSizeMessages=N] [-o expiryDelay=SECONDS]"
+                   " [-o consume=GROUPS]")
 _DESTROY_SETTING = "destroy setting -t address|security -m MATCH"
 
 
@@ -218,7 +228,8 @@ def destroy_divert(context, arguments):
 
 # -- setting ---------------------------------------------------------------------------
 
-_SETTING_HEADERS = ("Type", "Match", "Full policy", "Expiry delay", "Consume", "Owner")
+_SETTING_HEADERS = ("Type", "Match", "Full policy", "Max bytes", "Max messages",
+                    "Expiry delay", "Consume", "Owner")
 
 
 def list_setting(context, arguments):
@@ -227,7 +238,8 @@ def list_setting(context, arguments):
     settings = context.broker.settings
     data = ([dict(s.describe(), type="address") for s in settings.address.values()]
             + [dict(s.describe(), type="security") for s in settings.security.values()])
-    rows = [(d["type"], d["match"], d.get("full_policy"), d.get("expiry_delay"),
+    rows = [(d["type"], d["match"], d.get("full_policy"), d.get("max_bytes"),
+             d.get("max_messages"), d.get("expiry_delay"),
              ",".join(d.get("permissions", {}).get("consume", ())) or None,
              d["owner"] or "-") for d in data]
     return Reply(f"{len(data)} settings\n" + render_table(_SETTING_HEADERS, rows), data)
@@ -251,7 +263,8 @@ def create_setting(context, arguments):
         raise Refused(f"{match}: the capture settings are made and removed by capture"
                       " subscriptions (create capture)")
     properties = dict(p.partition("=")[::2] for p in options["-o"])
-    allowed = ({"fullPolicy", "expiryDelay"} if which == "address" else {"consume"})
+    allowed = ({"fullPolicy", "expiryDelay", "maxSizeBytes", "maxSizeMessages"}
+               if which == "address" else {"consume"})
     unknown = set(properties) - allowed
     if unknown:
         raise BadRequest(f"-o {', '.join(sorted(unknown))}: a {which} setting takes"
@@ -259,9 +272,11 @@ def create_setting(context, arguments):
     broker = context.broker
     try:
         if which == "address":
-            delay = properties.get("expiryDelay")
-            setting = AddressSetting(match, properties.get("fullPolicy", "DROP"),
-                                     None if delay is None else float(delay))
+            setting = AddressSetting(
+                match, properties.get("fullPolicy", "DROP"),
+                _setting_number(properties, "expiryDelay", float),
+                max_bytes=_setting_number(properties, "maxSizeBytes", parse_size),
+                max_messages=_setting_number(properties, "maxSizeMessages", int))
             broker.set_address_setting(setting)
         else:
             if "consume" not in properties:
@@ -274,6 +289,29 @@ def create_setting(context, arguments):
     except ValueError as e:
         raise BadRequest(str(e)) from None
     return Reply(f"{which} setting on {match} in force.", setting.describe())
+
+
+def _setting_number(properties, name, parse):
+    # -o name=value: absent is None; a bad value is refused naming it. parse is float
+    # (seconds), int (messages) or parse_size (bytes: 1600, 16k, 16m; it names a bad
+    # value itself); -1 means no bound for the last two.
+    text = properties.get(name)
+    if text is None:
+        return None
+    if parse is parse_size:
+        value = parse_size(text, name)
+    else:
+        try:
+            value = parse(text.strip())
+        except ValueError:
+            value = 0
+    if value == -1 and parse is not float:
+        return None
+    if not value > 0:
+        what = "a number of seconds above 0" if parse is float else \
+            "a whole number of messages above 0, or -1 (no bound)"
+        raise BadRequest(f"-o {name}={text}: give {what}; usage: {_CREATE_SETTING}")
+    return value
 
 
 def destroy_setting(context, arguments):
@@ -314,7 +352,10 @@ COMMANDS = {
     ("list", "setting"): Command(_LIST_SETTING, list_setting,
                                  "the address and security settings made at run time"),
     ("create", "setting"): Command(_CREATE_SETTING, create_setting,
-                                   "make or replace an address or security setting"),
+                                   "make or replace an address setting (bounds for"
+                                   " the queues it matches: FAIL refuses past them,"
+                                   " BLOCK holds producers, DROP drops) or a security"
+                                   " setting"),
     ("destroy", "setting"): Command(_DESTROY_SETTING, destroy_setting,
                                     "remove an address or security setting"),
 }

@@ -379,6 +379,7 @@ def query_dst(context, arguments):
     # What its paused producers keep back (those attached to it by name).
     data["kept_by_producers"] = sum(p.kept() for p in destination.attached)
     data["limits"] = _limits_data(broker.limits_of(destination))
+    data["limits_from"] = broker.limits_source(destination)
     if kind == QUEUE:
         data["consumer_modes"] = _modes_data(destination.modes)
         data["backup_consumers"] = len(destination.backups)
@@ -401,6 +402,7 @@ def query_dst(context, arguments):
         rows += [("Messages In", data["messages_in"]),
                  ("Subscriptions (on its name)", data["subscriptions"]),
                  ("  Durable", data["durable_subscriptions"])]
+    rows.append(("Limits From", data["limits_from"]))
     rows += [(name, _limit_text(value)) for name, value in data["limits"].items()]
     if kind == QUEUE:
         rows += [(name, _limit_text(value))
@@ -445,7 +447,9 @@ def create_dst(context, arguments):
         broker.create_topic(name)
     if properties:
         broker.set_limits(kind, name, limits)
-    created = {"name": name, "type": _kind_word(kind), "limits": _limits_data(limits)}
+    # What it got: its own limits, or what the defaults and an address setting give.
+    created = {"name": name, "type": _kind_word(kind),
+               "limits": _limits_data(broker.limits_of(broker.destination(kind, name)))}
     if modes is not None:
         broker.set_consumer_modes(name, modes)
     if kind == QUEUE:

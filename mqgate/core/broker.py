@@ -25,10 +25,10 @@ from mqgate.core.addresses import (
 from mqgate.core.diverts import Divert, DivertRouter
 from mqgate.core.deliveries import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Consumer, Delivery)
-from mqgate.core.destinations import Pause, Queue, SubscriptionIndex, Topic
+from mqgate.core.destinations import Pause, Queue, SubscriptionIndex, Topic, drops_new
 from mqgate.core.limits import (
     FLOW_CONTROL, LIMIT_BEHAVIORS, REJECT_NEWEST, Limits, ResourceLimitExceeded,
-    StoreBacklog, SystemLimits, limits_attributes, limits_from_attributes)
+    StoreBacklog, SystemLimits, limits_attributes, limits_from_attributes, names_limits)
 from mqgate.core.message import BrokerMessage
 from mqgate.core import mqlight
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
@@ -234,13 +234,15 @@ class Producer:
 
     __slots__ = ("address", "closed", "_dest", "_route", "_next_seq", "_blockers",
                  "_callbacks", "_system", "_held", "_releasing", "_backlog",
-                 "on_revoked", "_defaults", "_diverter")
+                 "on_revoked", "_defaults", "_diverter", "_seconds")
 
     log = Logger(namespace="mqgate.core")
 
     def __init__(self, address, destination, route, next_seq, system, backlog=None,
-                 defaults=Limits(), diverter=None):
+                 defaults=Limits(), diverter=None, seconds=None):
         self.address = address
+        # S7.1: the clock an address setting's expiry delay counts from.
+        self._seconds = seconds
         # S7.1: the broker, which moves and copies what diverts take; None for the
         # broker's own producer of divert copies (a copy is never diverted again).
         self._diverter = diverter
@@ -293,6 +295,8 @@ class Producer:
             (S3.4, S3.6, S8.1).
         """
         destination = self.admit(message)
+        if destination.full and drops_new(destination):
+            return None
         if message.seq is None:
             message.seq = self._next_seq()
         if destination.diverts is not None and self._diverter is not None:
@@ -332,6 +336,10 @@ class Producer:
             limits.check_message(message.size, canonical_of(destination))
         if destination.full:
             _refuse_if_rejecting(destination)
+        delay = destination.expiry_delay
+        if delay is not None and message.expiry is None and self._seconds is not None:
+            # S7.1: an address setting's expiry-delay, for a message without one.
+            message.expiry = self._seconds() + delay
         if not message.durable and type(destination) is Topic:
             # S8.4: the publisher's durable=true always wins; otherwise the topic's
             # default persistence decides (here, so that a transaction's send, which
@@ -586,7 +594,7 @@ def _refuse_if_rejecting(destination):
     # S2.3 REJECT_NEWEST: the queue the last publish left full (for a topic: one of
     # its subscriptions) takes nothing until it has room again.
     queue = destination if type(destination) is Queue else destination.full
-    if queue.full and queue.limits.behavior == REJECT_NEWEST:
+    if queue.full and queue.limits.behavior == REJECT_NEWEST and not queue.limits.drops:
         raise ResourceLimitExceeded(
             f"{queue.limit_reached()}; the message was not accepted (REJECT_NEWEST)")
 
@@ -701,7 +709,7 @@ class Broker:
         """
         if address is None:
             return Producer(None, None, self._route, self._next_seq, self._system,
-                            backlog, self._limits, self.diverts)
+                            backlog, self._limits, self.diverts, self.clock.seconds)
         kind, name = self._resolve(address, capabilities)
         if self.reserved is not None:
             self.reserved(kind, name, "produce")
@@ -713,7 +721,8 @@ class Broker:
                 f" maxNumProducers={limit} allows; try again once one has gone (an"
                 f" administrator can raise it: update dst -o maxNumProducers=N)")
         return Producer(canonical(kind, name), destination, None, self._next_seq,
-                        self._system, backlog, self._limits, self.diverts)
+                        self._system, backlog, self._limits, self.diverts,
+                        self.clock.seconds)
 
     def open_consumer(self, address, target, *, capabilities=(), presettled=False,
                       durable_name=None, container_id=None, dynamic=False, selector=None,
@@ -836,7 +845,8 @@ class Broker:
     def _mqlight_queue(self, container_id, name, pattern, owner):
         queue = Queue(f"{container_id}:{name}", self.clock, pattern=pattern,
                       durable_key=(container_id, name),
-                      limits=self._subscription_limits(self._topics.get(pattern)),
+                      limits=self._subscription_limits(self._topics.get(pattern),
+                                                       pattern),
                       system=self._system, dead_letters=self.dead_letters)
         queue.matches = mqlight.topic_matches
         queue.owner = owner
@@ -900,6 +910,7 @@ class Broker:
         if queue is None:
             queue = self._create(QUEUE, name, stored=stored)
         queue.set_limits(limits)
+        queue.limits_set = True     # a ring's, whatever address setting matches it
         if stored:
             self._store_attributes(QUEUE, queue)
         return queue
@@ -932,8 +943,11 @@ class Broker:
         return divert
 
     def set_address_setting(self, setting):
-        """Put the L{AddressSetting} C{setting} in force (replacing one of its match)."""
+        """Put the L{AddressSetting} C{setting} in force (replacing one of its match):
+        its bounds and expiry delay apply at once to the queues and topics it matches
+        (L{apply_address_settings})."""
         self.settings.address[setting.match] = setting
+        self.apply_address_settings()
         self._runtime_changed()
 
     def set_security_setting(self, setting):
@@ -948,8 +962,53 @@ class Broker:
         setting = table.pop(match, None)
         if setting is None:
             raise NotFound(f"no {which} setting on {match!r}")
+        if which == "address":
+            self.apply_address_settings()
         self._runtime_changed()
         return setting
+
+    def apply_address_settings(self):
+        """Give every queue and topic what the address settings now say (S7.1,
+        L{mqgate.core.settings}): the limits of a queue without limits of its own (a
+        plain queue by its name, a subscription by its pattern, unless an operator
+        gave its topic limits), and the expiry delay of each. Called when a setting
+        is made or removed, and once the runtime catalog is restored."""
+        for queue in self._queues.values():
+            queue.expiry_delay = self._expiry_delay_for(queue.name)
+            if not queue.limits_set:
+                queue.set_limits(self._limits_for(queue.name))
+        for topic in self._topics.values():
+            topic.expiry_delay = self._expiry_delay_for(topic.name)
+        for queue in self._index:
+            limits = self._subscription_limits(self._topics.get(queue.pattern),
+                                               queue.pattern)
+            if limits is not queue.limits:
+                queue.set_limits(limits)
+
+    def limits_source(self, destination):
+        """Where a destination's limits come from (S7.1), for an operator: C{"own"}
+        (an operator's, a ring's, the DMQ's), C{"address setting MATCH"}, or
+        C{"defaults"}."""
+        if type(destination) is Topic:
+            own, name = destination.limits is not None, destination.name
+        else:
+            own = destination.limits_set or destination is self.dmq
+            name = destination.pattern or destination.name
+        if own:
+            return "own"
+        setting = self.settings.address_for(name)
+        if setting is not None and setting.bounded:
+            return f"address setting {setting.match}"
+        return "defaults"
+
+    def _limits_for(self, name):
+        # The limits of a queue (or subscription on pattern name) with none of its own.
+        setting = self.settings.address_for(name)
+        return self._limits if setting is None else setting.limits(self._limits)
+
+    def _expiry_delay_for(self, name):
+        setting = self.settings.address_for(name)
+        return None if setting is None else setting.expiry_delay
 
     def _runtime_changed(self):
         if self.on_runtime_change is not None:
@@ -961,7 +1020,7 @@ class Broker:
     def _copier(self):
         # An anonymous producer that applies no divert: one per copying divert.
         return Producer(None, None, self._route, self._next_seq, self._system,
-                        None, self._limits)
+                        None, self._limits, seconds=self.clock.seconds)
 
     def create_topic(self, name):
         """Create the topic C{name}; return the existing one if there is one."""
@@ -1084,7 +1143,8 @@ class Broker:
     def set_limits(self, kind, name, limits):
         """Give destination C{name} new L{Limits} now (C{update dst -o}); a topic's go
         to its subscriptions on its name, and to those made later. Stored with the
-        destination when there is a store.
+        destination when there is a store. They are its own from then on: no address
+        setting changes them (S7.1).
 
         @raise NotFound: no such destination.
         """
@@ -1122,7 +1182,11 @@ class Broker:
         # The store replaces a destination's attributes: give it all of them.
         if self.persistence is None or destination.temporary:
             return
-        attributes = limits_attributes(self.limits_of(destination))
+        # Limits only when they are the destination's own: the defaults and address
+        # settings are applied afresh at every start (S7.1).
+        own = (destination.limits_set if kind == QUEUE
+               else destination.limits is not None)
+        attributes = limits_attributes(self.limits_of(destination)) if own else {}
         if kind == QUEUE:
             attributes.update(modes_attributes(destination.modes))
         elif destination.persistence_set:
@@ -1135,7 +1199,9 @@ class Broker:
         @raise ValueError: they do not make valid limits.
         """
         destination = self.destination(kind, name)
-        self._apply_limits(destination, limits_from_attributes(attributes, self._limits))
+        if names_limits(attributes):
+            self._apply_limits(destination,
+                               limits_from_attributes(attributes, self._limits))
         if kind == QUEUE:
             destination.set_modes(modes_from_attributes(attributes, self._modes))
         elif _DEFAULT_PERSISTENCE in attributes:
@@ -1145,6 +1211,8 @@ class Broker:
     def _apply_limits(self, destination, limits):
         if type(destination) is Topic:
             destination.limits = limits
+        else:
+            destination.limits_set = True
         for queue in self.own_queues(destination):
             queue.set_limits(limits)
 
@@ -1314,7 +1382,7 @@ class Broker:
     def _create(self, kind, name, *, temporary=False, stored=True):
         if kind == QUEUE:
             destination = self._queues[name] = Queue(name, self.clock, temporary=temporary,
-                                                     limits=self._limits,
+                                                     limits=self._limits_for(name),
                                                      system=self._system,
                                                      dead_letters=self.dead_letters)
             if not temporary:
@@ -1323,6 +1391,7 @@ class Broker:
             destination = self._topics[name] = Topic(name, self._index,
                                                      temporary=temporary)
             destination.default_persistence = self.config.topic_default_persistence
+        destination.expiry_delay = self._expiry_delay_for(name)    # S7.1
         persistence = self.persistence
         if persistence is not None and not temporary and stored:
             if kind == QUEUE:
@@ -1420,15 +1489,19 @@ class Broker:
         name = f"mqgate.sub.{next(self._subscription_ids)}"
         topic = self._topics.get(pattern)
         queue = Queue(name, self.clock, pattern=pattern, selector=selector,
-                      limits=self._subscription_limits(topic), system=self._system,
+                      limits=self._subscription_limits(topic, pattern),
+                      system=self._system,
                       dead_letters=self.dead_letters)
         self._index.add(queue)
         self._paused_like(topic, queue)
         return queue
 
-    def _subscription_limits(self, topic):
-        # Limits an operator gave the topic apply to subscriptions on its name.
-        return self._limits if topic is None or topic.limits is None else topic.limits
+    def _subscription_limits(self, topic, pattern):
+        # Limits an operator gave the topic apply to subscriptions on its name; else
+        # the address setting matching the pattern's (S7.1).
+        if topic is not None and topic.limits is not None:
+            return topic.limits
+        return self._limits_for(pattern)
 
     @staticmethod
     def _paused_like(topic, queue):
@@ -1458,7 +1531,8 @@ class Broker:
         topic = self._topics.get(pattern)
         queue = Queue(f"{container_id}:{durable_name}", self.clock, pattern=pattern,
                       durable_key=key, selector=selector,
-                      limits=self._subscription_limits(topic), system=self._system,
+                      limits=self._subscription_limits(topic, pattern),
+                      system=self._system,
                       dead_letters=self.dead_letters)
         self._paused_like(topic, queue)
         queue.owner = owner

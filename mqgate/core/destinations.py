@@ -124,6 +124,18 @@ _QUEUE_COUNTERS = ("messages_in", "messages_out", "delivered", "dropped", "rejec
                    "expired", "bytes_in", "bytes_out", "peak_held", "dead", "removed")
 
 
+def drops_new(destination):
+    """Whether a message sent to C{destination} now goes nowhere, silently: the queue
+    (for a topic, the subscription) the last publish left full drops new messages
+    (an address setting's full policy DROP, S7.1) instead of refusing them. Counted
+    in that queue's C{dropped}; its sender is told the message was accepted."""
+    queue = destination if type(destination) is Queue else destination.full
+    if queue and queue.full and queue.limits.drops:
+        queue.dropped += 1
+        return True
+    return False
+
+
 class Queue(_Operated):
     """A point-to-point queue, or the private queue of one topic subscription.
 
@@ -162,7 +174,8 @@ class Queue(_Operated):
                  "_in_flight", "_flight_bytes", "store", "_system",
                  "attached", "pause", "holding", "modes", "_backups",
                  "dead_letters", "_expiring", "_ticket", "pager",
-                 "_paged", "matches", "diverts") + _QUEUE_COUNTERS
+                 "_paged", "matches", "diverts", "limits_set",
+                 "expiry_delay") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
                  temporary=False, limits=UNLIMITED, system=None, dead_letters=None):
@@ -222,6 +235,11 @@ class Queue(_Operated):
         self.matches = topic_matches
         # S7.1: the DivertSet of the diverts on this queue's address (None: none).
         self.diverts = None
+        # S7.1: whether its limits are its own (an operator's, a ring's), which an
+        # address setting leaves alone; and the expiry delay of the address setting
+        # matching it (seconds, None: none), which its producers apply.
+        self.limits_set = False
+        self.expiry_delay = None
 
     def __repr__(self):
         return (f"<Queue {self.name!r} depth={self.depth} in_flight={self._in_flight}"
@@ -1224,7 +1242,8 @@ class Topic(_Operated):
     __slots__ = ("name", "temporary", "creator", "deleted", "messages_in",
                  "messages_out", "dropped", "full", "_index", "_gen", "_subs",
                  "_selective", "attached", "pause", "holding", "limits", "bytes_in",
-                 "bytes_out", "default_persistence", "persistence_set", "diverts")
+                 "bytes_out", "default_persistence", "persistence_set", "diverts",
+                 "expiry_delay")
 
     def __init__(self, name, index, *, temporary=False):
         self.name = name
@@ -1250,8 +1269,10 @@ class Topic(_Operated):
         # for this topic: persistence_set).
         self.default_persistence = False
         self.persistence_set = False
-        # S7.1: the DivertSet of the diverts on this topic (None: none).
+        # S7.1: the DivertSet of the diverts on this topic (None: none); the expiry
+        # delay of the address setting matching its name (None: none).
         self.diverts = None
+        self.expiry_delay = None
 
     def __repr__(self):
         return f"<Topic {self.name!r} in={self.messages_in}>"

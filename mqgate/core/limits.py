@@ -15,7 +15,7 @@ from mqgate.errors import ProtocolError
 __all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "REMOVE_OLDEST", "REMOVE_LOW_PRIORITY",
            "LIMIT_BEHAVIORS", "REMOVING", "Limits", "UNLIMITED",
            "ResourceLimitExceeded", "StoreBacklog", "SystemLimits", "limits_attributes",
-           "limits_from_attributes"]
+           "limits_from_attributes", "names_limits"]
 
 #: What a full destination does to its producers (S2.3; FACTS 1.6 names the others).
 FLOW_CONTROL = "FLOW_CONTROL"
@@ -61,18 +61,24 @@ class Limits:
         S2.4); C{False}: they are dropped (and counted).
     @ivar max_delivery_count: failed deliveries after which a message is dead
         (C{maxDeliveryCount}); 0 means no limit.
+    @ivar drops: with REJECT_NEWEST only: a full queue drops a new message silently
+        (counted in its C{dropped}) instead of refusing it; what an address setting
+        with full policy DROP makes (L{mqgate.core.settings}). Not a destination
+        property an operator sets, so never stored.
     """
 
     __slots__ = ("max_count", "max_bytes", "behavior", "full_count", "full_bytes",
                  "low_count", "low_bytes", "removes", "max_message_bytes",
                  "max_producers", "consumer_flow_limit", "use_dmq",
-                 "max_delivery_count")
+                 "max_delivery_count", "drops")
 
     def __init__(self, max_count=-1, max_bytes=-1, behavior=FLOW_CONTROL, *,
                  max_message_bytes=-1, max_producers=-1, consumer_flow_limit=-1,
-                 use_dmq=True, max_delivery_count=0):
+                 use_dmq=True, max_delivery_count=0, drops=False):
         if behavior not in LIMIT_BEHAVIORS:
             raise ValueError(f"limit behavior {behavior!r} is not one of {LIMIT_BEHAVIORS}")
+        if drops and behavior != REJECT_NEWEST:
+            raise ValueError("only a REJECT_NEWEST queue drops new messages instead")
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.behavior = behavior
@@ -88,10 +94,11 @@ class Limits:
         self.consumer_flow_limit = consumer_flow_limit if consumer_flow_limit > 0 else -1
         self.use_dmq = bool(use_dmq)
         self.max_delivery_count = max(0, max_delivery_count)
+        self.drops = bool(drops)
 
     def __repr__(self):
         return (f"<Limits max_count={self.max_count} max_bytes={self.max_bytes}"
-                f" {self.behavior}>")
+                f" {self.behavior}{' drops' if self.drops else ''}>")
 
     def replace(self, **changes):
         """A copy with C{changes} (keyword names of L{__init__}) applied."""
@@ -101,8 +108,11 @@ class Limits:
                       else self.max_message_bytes,
                       max_producers=self.max_producers,
                       consumer_flow_limit=self.consumer_flow_limit,
-                      use_dmq=self.use_dmq, max_delivery_count=self.max_delivery_count)
+                      use_dmq=self.use_dmq, max_delivery_count=self.max_delivery_count,
+                      drops=self.drops)
         values.update(changes)
+        if values["behavior"] != REJECT_NEWEST:
+            values["drops"] = False
         return Limits(values.pop("max_count"), values.pop("max_bytes"),
                       values.pop("behavior"), **values)
 
@@ -148,6 +158,14 @@ def limits_attributes(limits):
         value = getattr(limits, keyword)
         attributes[name] = -1 if value == _UNLIMITED else value
     return attributes
+
+
+def names_limits(attributes):
+    """Whether stored C{attributes} give the destination limits of its own (an
+    operator's C{update dst}), rather than leaving them to the defaults and address
+    settings."""
+    names = (_MAX_NUM_MSGS, _MAX_TOTAL_MSG_BYTES, _LIMIT_BEHAVIOR, *_OTHER_ATTRIBUTES)
+    return any(name in attributes for name in names)
 
 
 def limits_from_attributes(attributes, default):

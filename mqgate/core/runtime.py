@@ -41,7 +41,8 @@ def restore(broker, document):
     for spec in document.get("address_settings", ()):
         _attempt(warnings, f"address setting {spec.get('match')!r}", lambda: (
             broker.settings.address.__setitem__(spec["match"], AddressSetting(
-                spec["match"], spec["full_policy"], spec.get("expiry_delay")))))
+                spec["match"], spec["full_policy"], spec.get("expiry_delay"),
+                max_bytes=spec.get("max_bytes"), max_messages=spec.get("max_messages")))))
     for spec in document.get("security_settings", ()):
         _attempt(warnings, f"security setting {spec.get('match')!r}", lambda: (
             broker.settings.security.__setitem__(spec["match"], SecuritySetting(
@@ -60,6 +61,8 @@ def restore(broker, document):
             spec["name"], spec["address"], selector=spec.get("filter"),
             bounds=CaptureBounds(**spec["bounds"]), restoring=True,
             created_by=spec.get("created_by")))
+    # The queues recovered from the store (or made since) get what the settings say.
+    broker.apply_address_settings()
     return warnings
 
 

@@ -37,7 +37,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from mqgate.core.deliveries import ACCEPTED, MODIFIED, REJECTED
-from mqgate.core.destinations import Queue
+from mqgate.core.destinations import Queue, drops_new
 from mqgate.errors import ProtocolError
 
 __all__ = ["Transaction", "TransactionLimits", "Transactions", "TransactionRolledBack",
@@ -168,6 +168,8 @@ class Transaction:
                 f"transaction {self.name} would hold more than {limits.max_bytes} bytes "
                 "of messages (mqgate.transaction.max_bytes)")
         destination = producer.admit(message)
+        if drops_new(destination):
+            return      # S7.1 full policy DROP: gone now, as outside a transaction
         self.publishes.append(_Publish(producer, destination, message))
         self.size += message.size
         self._arm()

@@ -130,3 +130,50 @@ def test_setting_commands(broker):
     run(broker, "destroy", "setting", "-t", "address", "-m", "orders.#")
     assert len(run(broker, "list", "setting").data) == 1
 
+
+
+def test_address_setting_bounds_are_listed_applied_and_refused_when_bad(broker):
+    """create setting -o maxSizeMessages/maxSizeBytes: list setting shows the bounds;
+    a queue the operator made without limits gets them (query dst shows them), one he
+    gave limits keeps its own; bad values are named."""
+    run(broker, "create", "dst", "-t", "q", "-n", "orders.eu")
+    run(broker, "create", "dst", "-t", "q", "-n", "orders.own", "-o", "maxNumMsgs=50")
+    reply = run(broker, "create", "setting", "-t", "address", "-m", "orders.#",
+                "-o", "fullPolicy=FAIL", "-o", "maxSizeMessages=2",
+                "-o", "maxSizeBytes=16k")
+    assert reply.data["max_messages"] == 2 and reply.data["max_bytes"] == 16384
+    listed = run(broker, "list", "setting")
+    assert "Max messages" in listed.text and "16384" in listed.text
+    queried = run(broker, "query", "dst", "-t", "q", "-n", "orders.eu")
+    shown = queried.data["limits"]
+    assert (shown["maxNumMsgs"], shown["limitBehavior"]) == (2, "REJECT_NEWEST")
+    assert "address setting orders.#" in queried.text
+    assert run(broker, "query", "dst", "-t", "q", "-n", "orders.own").data[
+        "limits_from"] == "own"
+    assert broker.queue("orders.own").limits.max_count == 50
+    # a later consumer-mode change does not make the setting's bounds the queue's own:
+    # after a restart without the setting, the queue has the defaults again
+    run(broker, "update", "dst", "-t", "q", "-n", "orders.eu",
+        "-o", "maxNumActiveConsumers=2")
+    again, _, recovered = stored_broker(broker.persistence.store.restarted())
+    again.persistence.restore(again, recovered.result)
+    default = again.config.limits.max_count
+    assert again.queue("orders.eu").limits.max_count == default != 2
+    assert again.queue("orders.eu").modes.max_active == 2
+    assert again.queue("orders.own").limits.max_count == 50
+    run(broker, "destroy", "setting", "-t", "address", "-m", "orders.#")
+    assert broker.queue("orders.eu").limits.max_count == default
+    assert run(broker, "query", "dst", "-t", "q", "-n", "orders.eu").data[
+        "limits_from"] == "defaults"
+    assert broker.queue("orders.own").limits.max_count == 50
+
+    for option, words in (("maxSizeMessages=lots", "maxSizeMessages=lots"),
+                          ("maxSizeMessages=0", "maxSizeMessages=0"),
+                          ("maxSizeBytes=12q", "maxSizeBytes=12q"),
+                          ("expiryDelay=soon", "expiryDelay=soon")):
+        with pytest.raises(BadRequest, match=words):
+            run(broker, "create", "setting", "-t", "address", "-m", "x", "-o", option)
+    with pytest.raises(BadRequest, match="PAGE takes no max size"):
+        run(broker, "create", "setting", "-t", "address", "-m", "x",
+            "-o", "fullPolicy=PAGE", "-o", "maxSizeBytes=1m")
+    assert [d["match"] for d in run(broker, "list", "setting").data] == []
