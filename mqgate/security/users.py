@@ -616,6 +616,12 @@ def _make_private_dir(directory):
     os.chmod(directory, _DIR_MODE)
 
 
+#: Hashes of default passwords made by L{ensure_repository} in this process: stored
+#: hash -> the password it hashes. Each has its own random salt, so an entry can only
+#: ever match the very line that was written.
+_FRESH_DEFAULTS = {}
+
+
 def ensure_repository(path, *, iterations=None) -> list:
     """Create the repository at C{path} with the default users if it does not exist.
 
@@ -633,9 +639,12 @@ def ensure_repository(path, *, iterations=None) -> list:
                     f"(mode {mode:04o}); restrict it with `chmod 600 {path}`"]
         return []
     _make_private_dir(os.path.dirname(os.path.abspath(path)))
-    lines = _HEADER.rstrip("\n").split("\n") + [
-        User(name, hash_password(password, iterations=iterations), group, True)
-        for name, password, group in DEFAULT_USERS]
+    users = []
+    for name, password, group in DEFAULT_USERS:
+        stored = hash_password(password, iterations=iterations)
+        _FRESH_DEFAULTS[stored] = password
+        users.append(User(name, stored, group, True))
+    lines = _HEADER.rstrip("\n").split("\n") + users
     _write_atomically(path, _render(lines))
     return [f"created user repository {path} with the default users "
             + " and ".join(name for name, _, _ in DEFAULT_USERS)]
@@ -645,12 +654,17 @@ def default_password_warnings(repository: UserRepository) -> list:
     """A warning for each default user (admin, guest) whose password is unchanged (S4.3).
 
     This verifies a password per default user, so it costs one slow hash each: call it
-    once at start-up, off the reactor thread if it matters.
+    once at start-up, off the reactor thread if it matters. A hash this process made
+    itself in L{ensure_repository} is known without hashing again (a broker's first
+    start on a new instance then pays for its default users once, not twice).
     """
     warnings = []
     for name, password, _ in DEFAULT_USERS:
         user = repository.get(name)
-        if user is not None and verify_password(user.password_hash, name, password):
+        if user is None:
+            continue
+        if (_FRESH_DEFAULTS.get(user.password_hash) == password
+                or verify_password(user.password_hash, name, password)):
             warnings.append(
                 f"user {name!r} still has the default password; change it with "
                 f"`mqgate usermgr update -u {name}` (it asks for the new password)")

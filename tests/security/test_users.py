@@ -280,6 +280,21 @@ def test_default_password_warnings_stop_after_change(tmp_path):
     assert len(warnings) == 1 and "'guest'" in warnings[0]
 
 
+def test_default_password_warnings_for_a_repository_made_elsewhere(tmp_path,
+                                                                   monkeypatch):
+    """S4.3: a repository another process created (an earlier start) is checked by
+    hashing: the default passwords are still found, a changed one is not."""
+    from mqgate.security import users
+
+    path = tmp_path / "passwd"
+    ensure_repository(path, iterations=FAST)
+    monkeypatch.setattr(users, "_FRESH_DEFAULTS", {})
+    repo = UserRepository.load(path)
+    repo.replace_hash("guest", hash_password("n3w", iterations=FAST))
+    warnings = default_password_warnings(repo)
+    assert len(warnings) == 1 and "'admin'" in warnings[0]
+
+
 def test_default_password_warnings_for_legacy_defaults(tmp_path):
     """S4.3: the source system's default entries are flagged as default passwords too."""
     repo = UserRepository.load(write(tmp_path / "passwd", SOURCE_FILE))
