@@ -41,7 +41,6 @@ from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.metrics.topics import MetricsTopics, TopicSettings
 from mqgate.metrics.log import MetricsLogService
-from mqgate.metrics.prometheus import exposition_of
 from mqgate.metrics.snapshot import MetricsSources
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.connections import ConnectionRegistry
@@ -53,7 +52,6 @@ from mqgate.net.pool import LoginSlots, ServicePool
 from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
-from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.access_control import (
@@ -64,8 +62,6 @@ from mqgate.security.auth import FileAuthenticator, LoginPolicy
 from mqgate.security.authcache import AuthCache
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
-from mqgate.security.ldap import (
-    PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
 from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
@@ -366,6 +362,9 @@ def _auth_cache(authenticator, settings, reactor, generation=None):
 def _ldap_authenticator(settings, reactor):
     """The LDAP repository (S4.4). Its checks wait on the network, not the CPU, so
     they get a pool of their own sized by the LDAP setting rather than by the CPUs."""
+    # Imported by the brokers that use LDAP only.
+    from mqgate.security.ldap import (
+        PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
     principal = settings["mqgate.user_repository.ldap.principal"]
     password = None
     if principal:
@@ -539,7 +538,7 @@ def build_broker(settings, reactor):
     context.metrics = MetricsSources(reactor, reactor.seconds(), pools=top.pools,
                                      store=store_service.store,
                                      connections=connections)
-    context.metrics_exposition = exposition_of(context)
+    context.metrics_exposition = _exposition_of(context)
     # Opened before the services that show it, closed after them.
     top.capture_index = capture
     if capture is not None:
@@ -583,6 +582,7 @@ def build_broker(settings, reactor):
         factory = _service_factory(name, protocols, **shared)
         _attach_pool(top, name, factory, settings, reactor)
         if transport == "tls":
+            from mqgate.net.tls import server_endpoint
             endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name),
                                        backlog=settings[f"mqgate.{name}.backlog"])
         else:
@@ -604,6 +604,17 @@ def build_broker(settings, reactor):
     MetricsLogService(settings["mqgate.metrics.interval"], context, reactor,
                       settings["mqgate.metrics.enabled"]).setServiceParent(top)
     return top
+
+
+def _exposition_of(context):
+    """C{metrics_exposition} of the admin context: the Prometheus text of C{/metrics}
+    (S5.4). prometheus_client is imported at the first scrape, not by every start."""
+
+    def exposition():
+        from mqgate.metrics.prometheus import exposition_of
+        return exposition_of(context)()
+
+    return exposition
 
 
 def _capture(settings, broker, reactor):
@@ -845,7 +856,11 @@ def _metrics_topics(settings, context, reactor, portmapper):
 
 
 def _tls_context(settings, name):
-    """The TLS context of a tls service, from the keystore made by `mqgate keytool`."""
+    """The TLS context of a tls service, from the keystore made by `mqgate keytool`.
+
+    The TLS modules (pyOpenSSL, cryptography) are imported by the brokers that run a
+    TLS service, here: every other broker's start is a tenth of a second cheaper."""
+    from mqgate.net.tls import TlsMaterialError
     directory = settings.keystore_dir
     key_path = os.path.join(directory, KEY_FILE)
     cert_path = os.path.join(directory, CERT_FILE)
@@ -881,6 +896,7 @@ def _tls_context(settings, name):
 
 def _load_tls(key_path, cert_path, password, client_auth, ca_path, ca_key):
     """L{load_context_factory}, a CA file that does not load named by its key."""
+    from mqgate.net.tls import TlsMaterialError, load_context_factory
     try:
         return load_context_factory(key_path, cert_path, password,
                                     client_auth=client_auth, ca_path=ca_path)
