@@ -71,9 +71,8 @@ from mqgate.core.runtime import restore as restore_runtime
 from mqgate.core.runtime import snapshot as snapshot_runtime
 from mqgate.store.factory import open_store
 from mqgate.store.runtime_catalog import RuntimeCatalog
-from mqgate.web.admin import AdminApi, broker_health
 from mqgate.web.capture import CaptureResource
-from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
+from mqgate.web.site import HTTP, HTTPS, MadeAtFirstRequest, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
 
@@ -673,11 +672,17 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
     # Every HTTP request logs in: the trail records a user's first login from an
     # address, not one per request of a console polling the API.
     authenticator = authenticator.quiet_repeats(reactor, HTTP_LOGIN_QUIET_SECONDS)
-    api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
-                   audit=audit, health=broker_health(top), capture=capture, clock=reactor)
+
+    def api():
+        # At the first request: the API's modules (klein) cost every start otherwise.
+        from mqgate.web.admin import AdminApi, broker_health
+        return AdminApi(admin_requests, authenticator, access=access.get(name),
+                        service=name, audit=audit, health=broker_health(top),
+                        capture=capture, clock=reactor).resource()
+
     return web_service(
         name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
-        api.resource(), transport=transport, kind="ADMIN", registry=registry,
+        MadeAtFirstRequest(api), transport=transport, kind="ADMIN", registry=registry,
         timeout=settings["mqgate.adminapi.idle_timeout"],
         max_body=settings["mqgate.adminapi.max_body_size"],
         max_connections=settings["mqgate.adminapi.max_connections"])
