@@ -296,14 +296,15 @@ def _authenticator(settings, reactor):
     if settings["mqgate.authentication.basic.user_repository"] == "ldap":
         return _ldap_authenticator(settings, reactor)
     path = settings.user_repository_path
-    warnings = ensure_repository(path)
+    made = {}   # the default users' hashes, if the repository is new
+    warnings = ensure_repository(path, made=made)
 
     def warn(message):
         # Called on a login thread when a changed repository does not parse.
         reactor.callFromThread(log.warn, "{warning}", warning=message)
 
     repository = UserRepository.load(path, warn=warn)
-    warnings += default_password_warnings(repository)
+    warnings += default_password_warnings(repository, known=made)
     for warning in warnings:
         log.warn("{warning}", warning=warning)
 

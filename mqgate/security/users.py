@@ -616,19 +616,15 @@ def _make_private_dir(directory):
     os.chmod(directory, _DIR_MODE)
 
 
-#: Hashes of default passwords made by L{ensure_repository} in this process: stored
-#: hash -> the password it hashes. Each has its own random salt, so an entry can only
-#: ever match the very line that was written.
-_FRESH_DEFAULTS = {}
-
-
-def ensure_repository(path, *, iterations=None) -> list:
+def ensure_repository(path, *, iterations=None, made=None) -> list:
     """Create the repository at C{path} with the default users if it does not exist.
 
     A new file gets mode 0600 in a directory created with mode 0700 (S4.7), and holds
     admin/admin (group admin) and guest/guest (group anonymous), salted (S4.3).
 
     @param iterations: PBKDF2 rounds for the new hashes (default L{DEFAULT_ITERATIONS}).
+    @param made: a dict to fill with C{{stored hash: password}} for the default users
+        written, for L{default_password_warnings}; None: not wanted.
     @return: warnings for the operator (creation, a file others may read).
     """
     path = os.fspath(path)
@@ -642,7 +638,8 @@ def ensure_repository(path, *, iterations=None) -> list:
     users = []
     for name, password, group in DEFAULT_USERS:
         stored = hash_password(password, iterations=iterations)
-        _FRESH_DEFAULTS[stored] = password
+        if made is not None:
+            made[stored] = password
         users.append(User(name, stored, group, True))
     lines = _HEADER.rstrip("\n").split("\n") + users
     _write_atomically(path, _render(lines))
@@ -650,20 +647,24 @@ def ensure_repository(path, *, iterations=None) -> list:
             + " and ".join(name for name, _, _ in DEFAULT_USERS)]
 
 
-def default_password_warnings(repository: UserRepository) -> list:
+def default_password_warnings(repository: UserRepository, known=None) -> list:
     """A warning for each default user (admin, guest) whose password is unchanged (S4.3).
 
     This verifies a password per default user, so it costs one slow hash each: call it
-    once at start-up, off the reactor thread if it matters. A hash this process made
-    itself in L{ensure_repository} is known without hashing again (a broker's first
-    start on a new instance then pays for its default users once, not twice).
+    once at start-up, off the reactor thread if it matters.
+
+    @param known: C{{stored hash: password}} of hashes made a moment ago (the C{made}
+        of L{ensure_repository}): their answer is known without hashing again, so a
+        broker's first start on a new instance pays for its default users once, not
+        twice. Each hash has its own random salt: an entry only matches its own line.
     """
+    known = known or {}
     warnings = []
     for name, password, _ in DEFAULT_USERS:
         user = repository.get(name)
         if user is None:
             continue
-        if (_FRESH_DEFAULTS.get(user.password_hash) == password
+        if (known.get(user.password_hash) == password
                 or verify_password(user.password_hash, name, password)):
             warnings.append(
                 f"user {name!r} still has the default password; change it with "

@@ -280,19 +280,20 @@ def test_default_password_warnings_stop_after_change(tmp_path):
     assert len(warnings) == 1 and "'guest'" in warnings[0]
 
 
-def test_default_password_warnings_for_a_repository_made_elsewhere(tmp_path,
-                                                                   monkeypatch):
-    """S4.3: a repository another process created (an earlier start) is checked by
-    hashing: the default passwords are still found, a changed one is not."""
-    from mqgate.security import users
-
+def test_default_password_warnings_know_the_hashes_just_made(tmp_path):
+    """S4.3: the hashes ensure_repository has just written are known to be the
+    default passwords; one changed since is checked by hashing, as are all of a
+    repository made elsewhere (an earlier start)."""
     path = tmp_path / "passwd"
-    ensure_repository(path, iterations=FAST)
-    monkeypatch.setattr(users, "_FRESH_DEFAULTS", {})
+    made = {}
+    ensure_repository(path, iterations=FAST, made=made)
+    assert sorted(made.values()) == ["admin", "guest"]
     repo = UserRepository.load(path)
+    assert len(default_password_warnings(repo, known=made)) == 2
     repo.replace_hash("guest", hash_password("n3w", iterations=FAST))
-    warnings = default_password_warnings(repo)
+    warnings = default_password_warnings(repo, known=made)
     assert len(warnings) == 1 and "'admin'" in warnings[0]
+    assert default_password_warnings(repo) == warnings
 
 
 def test_default_password_warnings_for_legacy_defaults(tmp_path):
