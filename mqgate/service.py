@@ -52,6 +52,7 @@ from mqgate.net.pool import LoginSlots, ServicePool
 from mqgate.net.portmapper import PortMapperFactory
 from mqgate.net.services import ConnectionService, ServiceRegistry, endpoint_description
 from mqgate.net.stomp import StompServerFactory
+from mqgate.net.tls import TlsMaterialError, load_context_factory, server_endpoint
 from mqgate.net.unify import PortUnificationFactory
 from mqgate.portmap.table import render_table
 from mqgate.security.access_control import (
@@ -582,7 +583,6 @@ def build_broker(settings, reactor):
         factory = _service_factory(name, protocols, **shared)
         _attach_pool(top, name, factory, settings, reactor)
         if transport == "tls":
-            from mqgate.net.tls import server_endpoint
             endpoint = server_endpoint(reactor, host, port, _tls_context(settings, name),
                                        backlog=settings[f"mqgate.{name}.backlog"])
         else:
@@ -862,11 +862,7 @@ def _metrics_topics(settings, context, reactor, portmapper):
 
 
 def _tls_context(settings, name):
-    """The TLS context of a tls service, from the keystore made by `mqgate keytool`.
-
-    The TLS modules (pyOpenSSL, cryptography) are imported by the brokers that run a
-    TLS service, here: every other broker's start is a tenth of a second cheaper."""
-    from mqgate.net.tls import TlsMaterialError
+    """The TLS context of a tls service, from the keystore made by `mqgate keytool`."""
     directory = settings.keystore_dir
     key_path = os.path.join(directory, KEY_FILE)
     cert_path = os.path.join(directory, CERT_FILE)
@@ -902,7 +898,6 @@ def _tls_context(settings, name):
 
 def _load_tls(key_path, cert_path, password, client_auth, ca_path, ca_key):
     """L{load_context_factory}, a CA file that does not load named by its key."""
-    from mqgate.net.tls import TlsMaterialError, load_context_factory
     try:
         return load_context_factory(key_path, cert_path, password,
                                     client_auth=client_auth, ca_path=ca_path)

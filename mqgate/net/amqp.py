@@ -21,7 +21,7 @@ from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import SASL_AUTH, SASL_SYS_TEMP, Connection
 from mqgate.glue.amqp import AmqpBrokerSession
 from mqgate.net.engine import EngineFactory, Flusher
-from mqgate.net.peercert import certificate_user_of
+from mqgate.net.tls import certificate_user_of
 from mqgate.security.auth import LoginPolicy
 
 __all__ = ["AmqpServerFactory", "Flusher"]

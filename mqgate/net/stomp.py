@@ -11,7 +11,7 @@ not over cleartext where the service refuses that.
 from mqgate import __version__
 from mqgate.glue.stomp import StompBrokerSession
 from mqgate.net.engine import EngineFactory, EventBudget
-from mqgate.net.peercert import certificate_user_of
+from mqgate.net.tls import certificate_user_of
 from mqgate.security.auth import LoginPolicy
 from mqgate.stomp.connection import DEFAULT_UNAUTHENTICATED_BYTES, StompConnection
 from mqgate.stomp.events import Abort, Commit, Send, Subscribe, Unsubscribe

@@ -8,8 +8,7 @@ asks clients for a certificate and verifies it against the CA certificates of a 
 file (S4.7): C{need} fails the handshake of a client without one, C{want} lets it on
 (to log in with a password); a certificate that does not verify fails the handshake
 either way, so a certificate a connection has is one the broker verified.
-L{certificate_user} (from L{mqgate.net.peercert}) reads the user name (the subject's
-CN) off such a connection.
+L{certificate_user} reads the user name (the subject's CN) off such a connection.
 L{server_endpoint} builds a listening endpoint from the context factory (IPv4 or IPv6).
 
 Why an endpoint and not an C{ssl:} description string: Twisted's C{ssl:} endpoint
@@ -22,6 +21,7 @@ one the services should use.
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 from OpenSSL import SSL, crypto
 from twisted.internet import endpoints, ssl
 from twisted.internet.endpoints import quoteStringArgument
@@ -30,7 +30,6 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from zope.interface import implementer
 
 from mqgate.errors import MqgateError
-from mqgate.net.peercert import certificate_user, certificate_user_of
 
 __all__ = [
     "CLIENT_AUTH", "TLSServerEndpoint", "TlsMaterialError", "certificate_user",
@@ -159,6 +158,32 @@ def _load_ca_certificates(path):
         except ValueError as e:
             raise TlsMaterialError(path, f"a certificate has an unusable key: {e}") from e
     return [crypto.X509.from_cryptography(c) for c in certificates]
+
+
+def certificate_user(transport):
+    """The user a TLS connection's client certificate names (its subject's CN), or
+    None: not TLS, no certificate, or no CN.
+
+    Call it once the handshake is over (any application data has arrived): before,
+    there is no certificate yet. Only meaningful on a service that verifies client
+    certificates (C{client_auth} want or need): one that asks for none has none.
+    """
+    get = getattr(transport, "getPeerCertificate", None)
+    certificate = get() if get is not None else None
+    if certificate is None:
+        return None
+    names = certificate.to_cryptography().subject.get_attributes_for_oid(
+        NameOID.COMMON_NAME)
+    if len(names) != 1:
+        return None   # none, or ambiguous: no user
+    return names[0].value or None
+
+
+def certificate_user_of(protocol):
+    """A callable with no arguments giving L{certificate_user} of C{protocol}'s
+    transport at the time it is called: the engines ask once the handshake is over
+    (at the SASL header, at CONNECT), not when the connection is made."""
+    return lambda: certificate_user(protocol.transport)
 
 
 def server_endpoint(reactor, host, port, context_factory, backlog=50):

@@ -28,6 +28,7 @@ from twisted.web import resource, server
 from zope.interface import implementer
 
 from mqgate.net.services import ConnectionService, endpoint_description
+from mqgate.net.tls import server_endpoint
 
 __all__ = ["HTTP", "HTTPS", "web_endpoint", "make_site", "web_service",
            "BoundedRequest", "json_body"]
@@ -77,8 +78,6 @@ def web_endpoint(reactor, transport, host, port, backlog=50, tls_context=None):
     if transport == HTTPS:
         if tls_context is None:
             raise ValueError("an https service needs a TLS context")
-        # Here, not at the top: pyOpenSSL is for the brokers that run TLS services.
-        from mqgate.net.tls import server_endpoint
         return server_endpoint(reactor, host, port, tls_context, backlog=backlog)
     if transport != HTTP:
         raise ValueError(f"not an HTTP transport: {transport!r}")
