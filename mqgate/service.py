@@ -41,7 +41,6 @@ from mqgate.glue.stomp import StompGlueConfig, TransactionLimits
 from mqgate.glue.stomp_mapping import RenderLimits
 from mqgate.metrics.topics import MetricsTopics, TopicSettings
 from mqgate.metrics.log import MetricsLogService
-from mqgate.metrics.prometheus import exposition_of
 from mqgate.metrics.snapshot import MetricsSources
 from mqgate.net.amqp import AmqpServerFactory, Flusher
 from mqgate.net.connections import ConnectionRegistry
@@ -64,8 +63,6 @@ from mqgate.security.auth import FileAuthenticator, LoginPolicy
 from mqgate.security.authcache import AuthCache
 from mqgate.security.guard import FailureThrottle, LoginGuard
 from mqgate.security.keytool import CERT_FILE, KEY_FILE
-from mqgate.security.ldap import (
-    PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
 from mqgate.security.passfile import check_passfile, find_password
 from mqgate.security.users import (
     UserRepository, default_password_warnings, ensure_repository)
@@ -75,9 +72,8 @@ from mqgate.core.runtime import restore as restore_runtime
 from mqgate.core.runtime import snapshot as snapshot_runtime
 from mqgate.store.factory import open_store
 from mqgate.store.runtime_catalog import RuntimeCatalog
-from mqgate.web.admin import AdminApi, broker_health
 from mqgate.web.capture import CaptureResource
-from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
+from mqgate.web.site import HTTP, HTTPS, MadeAtFirstRequest, web_endpoint, web_service
 
 __all__ = ["build_broker", "BrokerService"]
 
@@ -301,14 +297,15 @@ def _authenticator(settings, reactor):
     if settings["mqgate.authentication.basic.user_repository"] == "ldap":
         return _ldap_authenticator(settings, reactor)
     path = settings.user_repository_path
-    warnings = ensure_repository(path)
+    made = {}   # the default users' hashes, if the repository is new
+    warnings = ensure_repository(path, made=made)
 
     def warn(message):
         # Called on a login thread when a changed repository does not parse.
         reactor.callFromThread(log.warn, "{warning}", warning=message)
 
     repository = UserRepository.load(path, warn=warn)
-    warnings += default_password_warnings(repository)
+    warnings += default_password_warnings(repository, known=made)
     for warning in warnings:
         log.warn("{warning}", warning=warning)
 
@@ -366,6 +363,9 @@ def _auth_cache(authenticator, settings, reactor, generation=None):
 def _ldap_authenticator(settings, reactor):
     """The LDAP repository (S4.4). Its checks wait on the network, not the CPU, so
     they get a pool of their own sized by the LDAP setting rather than by the CPUs."""
+    # Imported by the brokers that use LDAP only.
+    from mqgate.security.ldap import (
+        PASSWORD_KEY as LDAP_PASSWORD_KEY, LdapAuthenticator, LdapConfig, LdapDirectory)
     principal = settings["mqgate.user_repository.ldap.principal"]
     password = None
     if principal:
@@ -539,7 +539,7 @@ def build_broker(settings, reactor):
     context.metrics = MetricsSources(reactor, reactor.seconds(), pools=top.pools,
                                      store=store_service.store,
                                      connections=connections)
-    context.metrics_exposition = exposition_of(context)
+    context.metrics_exposition = _exposition_of(context)
     # Opened before the services that show it, closed after them.
     top.capture_index = capture
     if capture is not None:
@@ -606,6 +606,17 @@ def build_broker(settings, reactor):
     return top
 
 
+def _exposition_of(context):
+    """C{metrics_exposition} of the admin context: the Prometheus text of C{/metrics}
+    (S5.4). prometheus_client is imported at the first scrape, not by every start."""
+
+    def exposition():
+        from mqgate.metrics.prometheus import exposition_of
+        return exposition_of(context)()
+
+    return exposition
+
+
 def _capture(settings, broker, reactor):
     """Capture subscriptions (S7.2) and the runtime catalog (S7.1): what was made at
     run time is made again, then every change is written."""
@@ -662,11 +673,17 @@ def _admin_api_service(name, top, registry, *, settings, reactor, admin_requests
     # Every HTTP request logs in: the trail records a user's first login from an
     # address, not one per request of a console polling the API.
     authenticator = authenticator.quiet_repeats(reactor, HTTP_LOGIN_QUIET_SECONDS)
-    api = AdminApi(admin_requests, authenticator, access=access.get(name), service=name,
-                   audit=audit, health=broker_health(top), capture=capture, clock=reactor)
+
+    def api():
+        # At the first request: the API's modules (klein) cost every start otherwise.
+        from mqgate.web.admin import AdminApi, broker_health
+        return AdminApi(admin_requests, authenticator, access=access.get(name),
+                        service=name, audit=audit, health=broker_health(top),
+                        capture=capture, clock=reactor).resource()
+
     return web_service(
         name, reactor, web_endpoint(reactor, transport, host, port, tls_context=tls),
-        api.resource(), transport=transport, kind="ADMIN", registry=registry,
+        MadeAtFirstRequest(api), transport=transport, kind="ADMIN", registry=registry,
         timeout=settings["mqgate.adminapi.idle_timeout"],
         max_body=settings["mqgate.adminapi.max_body_size"],
         max_connections=settings["mqgate.adminapi.max_connections"])

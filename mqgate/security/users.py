@@ -616,13 +616,15 @@ def _make_private_dir(directory):
     os.chmod(directory, _DIR_MODE)
 
 
-def ensure_repository(path, *, iterations=None) -> list:
+def ensure_repository(path, *, iterations=None, made=None) -> list:
     """Create the repository at C{path} with the default users if it does not exist.
 
     A new file gets mode 0600 in a directory created with mode 0700 (S4.7), and holds
     admin/admin (group admin) and guest/guest (group anonymous), salted (S4.3).
 
     @param iterations: PBKDF2 rounds for the new hashes (default L{DEFAULT_ITERATIONS}).
+    @param made: a dict to fill with C{{stored hash: password}} for the default users
+        written, for L{default_password_warnings}; None: not wanted.
     @return: warnings for the operator (creation, a file others may read).
     """
     path = os.fspath(path)
@@ -633,24 +635,37 @@ def ensure_repository(path, *, iterations=None) -> list:
                     f"(mode {mode:04o}); restrict it with `chmod 600 {path}`"]
         return []
     _make_private_dir(os.path.dirname(os.path.abspath(path)))
-    lines = _HEADER.rstrip("\n").split("\n") + [
-        User(name, hash_password(password, iterations=iterations), group, True)
-        for name, password, group in DEFAULT_USERS]
+    users = []
+    for name, password, group in DEFAULT_USERS:
+        stored = hash_password(password, iterations=iterations)
+        if made is not None:
+            made[stored] = password
+        users.append(User(name, stored, group, True))
+    lines = _HEADER.rstrip("\n").split("\n") + users
     _write_atomically(path, _render(lines))
     return [f"created user repository {path} with the default users "
             + " and ".join(name for name, _, _ in DEFAULT_USERS)]
 
 
-def default_password_warnings(repository: UserRepository) -> list:
+def default_password_warnings(repository: UserRepository, known=None) -> list:
     """A warning for each default user (admin, guest) whose password is unchanged (S4.3).
 
     This verifies a password per default user, so it costs one slow hash each: call it
     once at start-up, off the reactor thread if it matters.
+
+    @param known: C{{stored hash: password}} of hashes made a moment ago (the C{made}
+        of L{ensure_repository}): their answer is known without hashing again, so a
+        broker's first start on a new instance pays for its default users once, not
+        twice. Each hash has its own random salt: an entry only matches its own line.
     """
+    known = known or {}
     warnings = []
     for name, password, _ in DEFAULT_USERS:
         user = repository.get(name)
-        if user is not None and verify_password(user.password_hash, name, password):
+        if user is None:
+            continue
+        if (known.get(user.password_hash) == password
+                or verify_password(user.password_hash, name, password)):
             warnings.append(
                 f"user {name!r} still has the default password; change it with "
                 f"`mqgate usermgr update -u {name}` (it asks for the new password)")

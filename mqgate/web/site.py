@@ -14,7 +14,9 @@ every HTTP service of the broker shares is here:
   twisted.web does for large bodies; a connection idle for C{timeout} seconds is
   closed; at most C{max_connections} are open at once (more are closed at once);
 - L{web_service}: the L{ConnectionService} that listens with it and registers it with
-  the port mapper under its transport (C{http}/C{https}).
+  the port mapper under its transport (C{http}/C{https});
+- L{MadeAtFirstRequest}: a resource that is only built when a request comes, so that
+  a broker nobody asks over HTTP never imports what answers (klein, for the API).
 """
 
 import io
@@ -22,7 +24,7 @@ import json
 
 from twisted.internet.interfaces import IProtocolNegotiationFactory
 from twisted.protocols.policies import ThrottlingFactory
-from twisted.web import server
+from twisted.web import resource, server
 from zope.interface import implementer
 
 from mqgate.net.services import ConnectionService, endpoint_description
@@ -37,6 +39,33 @@ HTTP, HTTPS = "http", "https"
 def json_body(status, message):
     """The JSON error body every HTTP service answers with: C{{"error", "status"}}."""
     return json.dumps({"error": message, "status": status}).encode("utf-8")
+
+
+class MadeAtFirstRequest(resource.Resource):
+    """A leaf resource made by C{make()} when the first request comes, then used for
+    every request.
+
+    The admin API's resource comes from klein, whose import is a sixth of the CPU a
+    broker spends starting up; most brokers are never asked anything over HTTP. The
+    first request pays for it instead (a tenth of a second, once). A C{make} that
+    fails answers that request with twisted.web's 500 and is tried again by the next.
+    """
+
+    isLeaf = True
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+        self._made = None
+
+    def render(self, request):
+        if self._made is None:
+            made = self._make()
+            if not getattr(made, "isLeaf", False):
+                raise TypeError(f"{made!r} is not a leaf resource: it cannot be made "
+                                "at the first request")
+            self._made = made
+        return self._made.render(request)
 
 
 def web_endpoint(reactor, transport, host, port, backlog=50, tls_context=None):

@@ -81,8 +81,14 @@ def broker_environment(extra=None):
     The checkout on PYTHONPATH makes ``twisted/plugins/mqgate_plugin.py`` visible to
     Twisted's plugin search even where mqgate is not installed (e.g. a virtualenv
     made by hand); PYTHONUNBUFFERED makes each log line reach us when it is written.
+
+    PYTHONDONTWRITEBYTECODE is dropped: with it, no broker keeps the bytecode of the
+    mqgate modules it compiles, so every one of the hundreds of brokers a test run
+    starts compiles them all again from source (about a quarter of a second of CPU
+    each). The caches go to the ``__pycache__`` directories git ignores.
     """
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                 if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)

@@ -280,6 +280,22 @@ def test_default_password_warnings_stop_after_change(tmp_path):
     assert len(warnings) == 1 and "'guest'" in warnings[0]
 
 
+def test_default_password_warnings_know_the_hashes_just_made(tmp_path):
+    """S4.3: the hashes ensure_repository has just written are known to be the
+    default passwords; one changed since is checked by hashing, as are all of a
+    repository made elsewhere (an earlier start)."""
+    path = tmp_path / "passwd"
+    made = {}
+    ensure_repository(path, iterations=FAST, made=made)
+    assert sorted(made.values()) == ["admin", "guest"]
+    repo = UserRepository.load(path)
+    assert len(default_password_warnings(repo, known=made)) == 2
+    repo.replace_hash("guest", hash_password("n3w", iterations=FAST))
+    warnings = default_password_warnings(repo, known=made)
+    assert len(warnings) == 1 and "'admin'" in warnings[0]
+    assert default_password_warnings(repo) == warnings
+
+
 def test_default_password_warnings_for_legacy_defaults(tmp_path):
     """S4.3: the source system's default entries are flagged as default passwords too."""
     repo = UserRepository.load(write(tmp_path / "passwd", SOURCE_FILE))

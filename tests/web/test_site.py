@@ -5,9 +5,10 @@ import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactor
 from twisted.web.resource import Resource
+from twisted.web.test.requesthelper import DummyRequest
 
 from mqgate.web.admin import broker_health
-from mqgate.web.site import HTTP, HTTPS, web_endpoint, web_service
+from mqgate.web.site import HTTP, HTTPS, MadeAtFirstRequest, web_endpoint, web_service
 
 
 def test_http_endpoint_is_a_tcp_description():
@@ -64,3 +65,36 @@ def test_health_follows_the_broker_and_its_store():
         (False, "the broker is not running")
     ok, why = broker_health(Top(1, {"state": "failing", "reason": "disk full"}))()
     assert not ok and why == "the message store is failing: disk full"
+
+
+class _Answer(Resource):
+    isLeaf = True
+
+    def render(self, request):
+        return b"answer " + b"/".join(request.postpath)
+
+
+def test_resource_is_made_at_the_first_request_and_kept():
+    """The admin API's resource is made when a request comes, once, and then answers
+    every request as if it had been there from the start."""
+    made = []
+
+    def make():
+        made.append(_Answer())
+        return made[-1]
+
+    lazy = MadeAtFirstRequest(make)
+    assert made == []
+    assert lazy.render(DummyRequest([b"api", b"broker"])) == b"answer api/broker"
+    assert lazy.render(DummyRequest([b"healthz"])) == b"answer healthz"
+    assert len(made) == 1
+
+
+def test_resource_made_at_first_request_must_be_a_leaf():
+    """A resource with children could not be put in place at the first request: it
+    is refused with a message saying so, and tried again by the next request."""
+    lazy = MadeAtFirstRequest(Resource)
+    with pytest.raises(TypeError, match="not a leaf resource"):
+        lazy.render(DummyRequest([b""]))
+    with pytest.raises(TypeError):
+        lazy.render(DummyRequest([b""]))
