@@ -126,7 +126,9 @@ class EncodedMessage:
     def body_sections(self):
         """Decode and return the body sections as C{[(code, value), ...]} (STOMP mapping)."""
         sections = []
-        pos = self.bare_start
+        # The sections are in order, so the body starts after the application
+        # properties when there are some: the properties are not decoded again.
+        pos = self.bare_start if self.app_span is None else self.app_span[1]
         data = self.data
         while pos < len(data):
             code, value_start = _section_code(data, pos)

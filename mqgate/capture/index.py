@@ -25,7 +25,6 @@ Queries run on the pool's one connection too, in turn with the writes.
 import json
 import time
 
-import attr
 from twisted.internet import defer, task
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -169,6 +168,7 @@ class CaptureIndex:
         self._pruning = None
         self._next_seq = None
         self._early = []         # copies ingested before the index was open
+        self._routed_json = {}   # routed_to tuple -> its JSON column (a few per broker)
         self._unwritten = 0
         self.written = 0
         self.bytes = {}          # subscription -> stored bytes
@@ -232,24 +232,30 @@ class CaptureIndex:
             return
         try:
             record = record_of(copy, self._bound(copy.subscription, "body_bytes",
-                                                 self.max_body))
+                                                 self.max_body), seq=self._next_seq)
         except Exception:
             self.log.failure("capture: a copy of {address} could not be indexed",
                              address=copy.address)
             self._count(copy.subscription, "undecodable", 1)
             return
-        seq, self._next_seq = self._next_seq, self._next_seq + 1
-        record = _with_seq(record, seq)
-        size = record.stored_bytes
-        kept = self.kept.setdefault(record.subscription, [0, 0])
+        self._next_seq += 1
+        # The properties' JSON is both the column and part of the row's size
+        # (CaptureRecord.stored_bytes): made once per copy.
+        properties = json.dumps(record.properties)
+        size = len(record.body) + len(properties) + 200
+        subscription = record.subscription
+        kept = self.kept.get(subscription)
+        if kept is None:
+            kept = self.kept[subscription] = [0, 0]
         kept[0] += 1
         kept[1] += record.truncated
-        self.bytes[record.subscription] = self.bytes.get(record.subscription, 0) + size
+        self.bytes[subscription] = self.bytes.get(subscription, 0) + size
         self._unwritten += 1
-        d = self._writer.submit(self._statements(record))
-        d.addBoth(self._settled)
-        if self.tail is not None:
-            self.tail.publish(record.summary())
+        self._writer.submit(self._statements(record, properties, size)).addBoth(
+            self._settled)
+        tail = self.tail
+        if tail is not None and tail.readers:
+            tail.publish(record.summary())
 
     def dropped(self, subscription, reason, count):
         self._count(subscription, reason, count)
@@ -264,16 +270,21 @@ class CaptureIndex:
         bounds = self._bounds_of(subscription)
         return default if bounds is None else getattr(bounds, name)
 
-    def _statements(self, r):
+    def _statements(self, r, properties, size):
         s = self.schema
+        routed_to = r.routed_to
+        if routed_to is not None:
+            routed_to = self._routed_json.get(routed_to)
+            if routed_to is None:
+                routed_to = self._routed_json[r.routed_to] = json.dumps(list(r.routed_to))
         statements = [(s.insert_message, (
             r.seq, _ms(r.captured_at), r.node, r.subscription, r.address, r.kind,
-            None if r.routed_to is None else json.dumps(list(r.routed_to)),
-            r.message_id, r.correlation_id, r.reply_to, r.original_id,
-            r.verify_reason, json.dumps(r.properties), r.body, r.body_size,
-            int(r.truncated), r.stored_bytes))]
-        for name, value in r.properties.items():
-            statements.append((s.insert_property, (r.seq, name, _property_text(value))))
+            routed_to, r.message_id, r.correlation_id, r.reply_to, r.original_id,
+            r.verify_reason, properties, r.body, r.body_size, int(r.truncated), size))]
+        if r.properties:
+            insert, seq = s.insert_property, r.seq
+            statements.extend((insert, (seq, name, _property_text(value)))
+                              for name, value in r.properties.items())
         return statements
 
     def _settled(self, result):
@@ -539,10 +550,6 @@ def _property_text(value):
     if isinstance(value, (int, float, str)):
         return str(value)
     return json.dumps(value)
-
-
-def _with_seq(record, seq):
-    return attr.evolve(record, seq=seq)
 
 
 def _record(row):

@@ -94,8 +94,8 @@ class CaptureRecord:
         return summary
 
 
-def record_of(copy, max_body=DEFAULT_MAX_BODY):
-    """The L{CaptureRecord} of a L{mqgate.core.taps.CapturedCopy}.
+def record_of(copy, max_body=DEFAULT_MAX_BODY, seq=None):
+    """The L{CaptureRecord} of a L{mqgate.core.taps.CapturedCopy}, numbered C{seq}.
 
     A payload that cannot be decoded still makes a record (its routing fields are
     known): its body and properties are empty, and a property C{mqgate.capture.error}
@@ -115,7 +115,7 @@ def record_of(copy, max_body=DEFAULT_MAX_BODY):
     if copy.original_id is None and reason is None:
         reason = NO_ORIGINAL_ID
     return CaptureRecord(
-        seq=None, captured_at=copy.captured_at, node=copy.node,
+        seq=seq, captured_at=copy.captured_at, node=copy.node,
         subscription=copy.subscription, address=copy.address, kind=copy.kind,
         routed_to=None if copy.routed_to is None else tuple(copy.routed_to),
         message_id=_text(message.message_id),
