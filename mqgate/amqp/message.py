@@ -20,7 +20,7 @@ import struct
 from mqgate.amqp import codec
 from mqgate.amqp.codec import DecodeError
 from mqgate.amqp.performatives import _composite
-from mqgate.amqp.types import Described, Symbol, UInt
+from mqgate.amqp.types import VBIN8, VBIN32, Described, Symbol, UInt
 from mqgate.errors import ProtocolError
 
 __all__ = ["EncodedMessage", "dead_copy", "declares_durable", "parse_message",
@@ -136,6 +136,44 @@ class EncodedMessage:
             if code in (DATA, AMQP_SEQUENCE, AMQP_VALUE):
                 sections.append((code, value))
         return sections
+
+    def data_body(self, limit):
+        """C{(prefix, size)}: the first C{limit} bytes of a body made of data sections
+        and its whole length, read straight from the encoded bytes (only the prefix is
+        copied); C{None} when the body has a section of another kind (a value, a
+        sequence, a footer): then L{body_sections} says what it holds.
+
+        @raise DecodeError: a data section runs past the end of the message.
+        """
+        data = self.data
+        end = len(data)
+        pos = self.bare_start if self.app_span is None else self.app_span[1]
+        spans = []
+        size = 0
+        while pos < end:
+            code, value_start = _section_code(data, pos)
+            if code < DATA:
+                pos = codec.skip(data, value_start)   # properties, when not skipped yet
+                continue
+            if code != DATA or value_start >= end:
+                return None
+            constructor = data[value_start]
+            if constructor == VBIN8 and value_start + 2 <= end:
+                start = value_start + 2
+                pos = start + data[value_start + 1]
+            elif constructor == VBIN32 and value_start + 5 <= end:
+                start = value_start + 5
+                pos = start + int.from_bytes(data[value_start + 1:start], "big")
+            else:
+                return None
+            if pos > end:
+                raise DecodeError("data section runs past the end of the message", start)
+            if size < limit:
+                spans.append((start, min(pos, start + limit - size)))
+            size += pos - start
+        prefix = b"".join(data[a:b] for a, b in spans) if len(spans) != 1 else \
+            bytes(data[spans[0][0]:spans[0][1]])
+        return prefix, size
 
     def for_delivery(self, delivery_count=0, annotations=None):
         """The bytes to send to a consumer, as a list of chunks.

@@ -103,12 +103,17 @@ def record_of(copy, max_body=DEFAULT_MAX_BODY, seq=None):
     """
     message = copy.message
     properties = {}
-    body = b""
+    body, body_size = b"", 0
     try:
         payload = message.payload
         properties = {str(k): _scalar(v)
                       for k, v in payload.application_properties.items()}
-        body = _body_bytes(payload)
+        # Data sections (the usual body): only the kept prefix is copied out.
+        found = payload.data_body(max_body)
+        if found is None:
+            whole = _body_bytes(payload)
+            found = whole[:max_body], len(whole)
+        body, body_size = found
     except Exception as e:   # a copy must never break the index: S7 bounds capture
         properties = {"mqgate.capture.error": f"the message could not be decoded: {e}"}
     reason = copy.verify_reason
@@ -122,8 +127,8 @@ def record_of(copy, max_body=DEFAULT_MAX_BODY, seq=None):
         correlation_id=_text(message.correlation_id),
         reply_to=_text(message.reply_to), original_id=copy.original_id,
         verify_reason=None if copy.original_id is not None else reason,
-        properties=properties, body=bytes(body[:max_body]), body_size=len(body),
-        truncated=len(body) > max_body)
+        properties=properties, body=bytes(body), body_size=body_size,
+        truncated=body_size > max_body)
 
 
 def _body_bytes(payload):
