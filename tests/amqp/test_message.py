@@ -411,3 +411,30 @@ def test_property_any_accepted_annotations_take_an_added_entry(body, count, wide
     again = parse_message(out)
     assert out[again.bare_start:] == data[message.bare_start:]
     assert again.message_annotations.get(Symbol("x-opt-discard-indication"), True) is True
+
+
+# -- the body prefix capture keeps (data_body) --------------------------------------
+
+@pytest.mark.parametrize("body", [b"", b"x", b"y" * 255, b"z" * 70_000])
+@pytest.mark.parametrize("limit", [0, 1, 256, 1 << 20])
+def test_data_body_gives_the_prefix_and_the_whole_length(body, limit):
+    message = parse_message(full_message(body))
+    assert message.data_body(limit) == (body[:limit], len(body))
+
+
+def test_data_body_joins_data_sections_up_to_the_limit():
+    two = encode_message(b"ab", properties=PROPERTIES) + b"\x00\x53\x75\xa0\x02cd"
+    assert parse_message(two).data_body(3) == (b"abc", 4)
+    assert parse_message(two).data_body(10) == (b"abcd", 4)
+
+
+def test_data_body_leaves_other_bodies_to_body_sections():
+    assert parse_message(encode_message("text")).data_body(10) is None
+    assert parse_message(encode_message([1, 2], body_type=AMQP_SEQUENCE)) \
+        .data_body(10) is None
+
+
+def test_data_body_refuses_a_data_section_cut_short():
+    cut = parse_message(encode_message(b"abcdef")[:-2])
+    with pytest.raises(DecodeError, match="past the end"):
+        cut.data_body(10)
