@@ -94,11 +94,14 @@ class DivertSet:
     """The diverts on one address, as its destination holds them (C{diverts}): the
     exclusive ones and the copying ones, each in the order they were made."""
 
-    __slots__ = ("exclusive", "copying")
+    __slots__ = ("exclusive", "copying", "_copy_all")
 
     def __init__(self, diverts):
         self.exclusive = tuple(d for d in diverts if d.exclusive)
         self.copying = tuple(d for d in diverts if not d.exclusive)
+        # No copying divert has a selector (a capture without a filter): each takes
+        # every message, and no per-message list is made.
+        self._copy_all = all(d.selector is None for d in self.copying)
 
     def moving(self, message):
         """The exclusive divert that moves C{message}, or C{None}."""
@@ -108,7 +111,9 @@ class DivertSet:
         return None
 
     def copying_for(self, message):
-        """The copying diverts that take C{message} (a list, maybe empty)."""
+        """The copying diverts that take C{message} (a sequence, maybe empty)."""
+        if self._copy_all:
+            return self.copying
         return [divert for divert in self.copying if divert.takes(message)]
 
 
