@@ -170,6 +170,10 @@ class CaptureIndex:
         self._early = []         # copies ingested before the index was open
         self._routed_json = {}   # routed_to tuple -> its JSON column (a few per broker)
         self._unwritten = 0
+        # The rows ingested this reactor turn, written as one write (one Deferred
+        # per turn, not per copy), and how many copies they are.
+        self._turn = None
+        self._turn_copies = 0
         self.written = 0
         self.bytes = {}          # subscription -> stored bytes
         self.drops = {}          # (subscription, reason) -> copies
@@ -204,7 +208,7 @@ class CaptureIndex:
         self._closed = True
         if self._pruner.running:
             self._pruner.stop()
-        d = self._writer.drained()
+        d = self.drained()
         if self._pruning is not None:
             d.addCallback(lambda _: self._pruning)
         d.addBoth(lambda _: self._pool.close())
@@ -212,6 +216,7 @@ class CaptureIndex:
 
     def drained(self):
         """A Deferred firing once what was ingested so far is written (or dropped)."""
+        self._submit_turn()
         return self._writer.drained()
 
     # -- ICaptureSink ------------------------------------------------------------------
@@ -251,8 +256,13 @@ class CaptureIndex:
         kept[1] += record.truncated
         self.bytes[subscription] = self.bytes.get(subscription, 0) + size
         self._unwritten += 1
-        self._writer.submit(self._statements(record, properties, size)).addBoth(
-            self._settled)
+        statements = self._statements(record, properties, size)
+        if self._turn is None:
+            self._turn, self._turn_copies = statements, 1
+            self._clock.callLater(0, self._submit_turn)
+        else:
+            self._turn += statements
+            self._turn_copies += 1
         tail = self.tail
         if tail is not None and tail.readers:
             tail.publish(record.summary())
@@ -287,10 +297,21 @@ class CaptureIndex:
                               for name, value in r.properties.items())
         return statements
 
-    def _settled(self, result):
-        self._unwritten -= 1
+    def _submit_turn(self):
+        statements, self._turn = self._turn, None
+        if statements:
+            copies, self._turn_copies = self._turn_copies, 0
+            self._writer.submit(statements).addBoth(self._settled, copies)
+
+    def _alone(self, job):
+        # A job (retention) runs after the rows ingested before it.
+        self._submit_turn()
+        return self._writer.submit_alone(job)
+
+    def _settled(self, result, copies):
+        self._unwritten -= copies
         if result is None:
-            self.written += 1
+            self.written += copies
         return None    # a failed write was counted by _write_failed
 
     # -- the database's side -------------------------------------------------------------
@@ -305,13 +326,18 @@ class CaptureIndex:
         """A transaction failed: its copies, and those queued behind, are dropped and
         counted; writing resumes after C{retry_interval}."""
         self.last_error = str(cause)
+        insert = self.schema.insert_message
+        dropped = 0
+        for _, statements, _, _ in rest:
+            if statements and not callable(statements):
+                for sql, params in statements:
+                    if sql is insert:     # a copy's row; its subscription is 4th
+                        self._count(params[3], "write-failed", 1)
+                        dropped += 1
         self.log.error("capture index: writing to {where} failed ({error}); {n} "
                        "copies dropped, trying again in {t} s", where=self.where,
-                       error=str(cause), n=len(rest), t=self._retry_interval)
-        for _, statements, d, _ in rest:
-            if statements and not callable(statements):
-                # The first statement's parameters name the row's subscription.
-                self._count(statements[0][1][3], "write-failed", 1)
+                       error=str(cause), n=dropped, t=self._retry_interval)
+        for _, _, d, _ in rest:
             d.errback(cause)
         if not self._closed:
             self._clock.callLater(self._retry_interval, self._writer.resume)
@@ -355,9 +381,9 @@ class CaptureIndex:
             self._forget({subscription: freed})
             self.pruned["age"] += removed
             if removed and not self._closed:
-                return self._writer.submit_alone(job).addCallback(step)
+                return self._alone(job).addCallback(step)
             return None
-        return self._writer.submit_alone(job).addCallback(step)
+        return self._alone(job).addCallback(step)
 
     def _remove_upto(self, cursor, subscription, seq):
         """Delete the rows of C{subscription} numbered up to C{seq}, and their
@@ -405,7 +431,7 @@ class CaptureIndex:
             self._forget({subscription: freed})
             self.pruned["size"] += removed
             return self._trim(subscription) if removed else None
-        return self._writer.submit_alone(job).addCallback(step)
+        return self._alone(job).addCallback(step)
 
     def _forget(self, freed):
         for name, size in freed.items():

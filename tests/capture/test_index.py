@@ -7,6 +7,8 @@ files; the search and retention cases also on a real PostgreSQL database.
 
 import sqlite3
 
+from twisted.internet.task import Clock
+
 from mqgate.capture.index import CaptureQuery, QueryError
 from tests.capture.conftest import copy
 from tests.deferreds import result
@@ -165,6 +167,32 @@ def test_a_failed_write_drops_counts_and_writing_goes_on(opener):
     assert index.written == 1
 
 
+def test_the_copies_of_one_turn_are_one_write_and_fail_counted_each(opener):
+    """The copies ingested in one reactor turn are written together; a failed
+    write counts each of its copies against its own subscription."""
+    index, reactor = opener.index()
+    turn = Clock()            # the index's end of turn, moved by hand here
+    index._clock = turn
+    for subscription in ("s1", "s1", "s2"):
+        index.ingest(copy(subscription=subscription, properties={"k": 1}))
+    assert (index.written, index.status()["pending"]) == (0, 3)
+    turn.advance(0)
+    result(index.drained())
+    assert (index.written, index.status()["pending"]) == (3, 0)
+    assert ids(search(index, properties=[("k", "1")])) == [3, 2, 1]
+
+    raw = sqlite3.connect(opener.url)
+    raw.execute("ALTER TABLE CAPMSG_b1 RENAME TO HIDDEN")
+    raw.commit()
+    raw.close()
+    for subscription in ("s1", "s2", "s2"):
+        index.ingest(copy(subscription=subscription))
+    turn.advance(0)
+    assert index.status()["dropped"] == {"s1": {"write-failed": 1},
+                                         "s2": {"write-failed": 2}}
+    assert (index.written, index.status()["pending"]) == (3, 0)
+
+
 def test_retention_removes_rows_older_than_it_in_batches(any_opener):
     """S7.4: rows older than the retention go, oldest first, a batch per
     transaction; newer rows and their properties stay."""
@@ -217,7 +245,6 @@ def test_the_figures_reach_prometheus(opener):
     """Drops (the core's and the index's own), writes and stored bytes are exported
     per subscription in /metrics' text."""
     from prometheus_client.parser import text_string_to_metric_families
-    from twisted.internet.task import Clock
 
     from mqgate.admin.requests import AdminContext
     from mqgate.core import Broker
