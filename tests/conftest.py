@@ -55,3 +55,28 @@ def pg_dsn(postgres_cluster):
     name = postgres_cluster.create_database()
     yield postgres_cluster.dsn(name)
     postgres_cluster.drop_database(name)
+
+
+def pytest_unconfigure(config):
+    """Stop the global reactor where a test left it running in a thread of its own.
+
+    mqgate's blocking client runs the reactor in a daemon thread (mqgate/client/
+    blocking.py), and whatever a test then starts on it that is not a daemon thread —
+    the reactor's thread pool, or an adbapi connection pool such as the capture index's,
+    made by a test that builds the broker's services without starting them — would
+    keep the interpreter from exiting after the last test: pytest would hang until
+    CI's time runs out. Stopping the reactor fires its shutdown triggers, which stop
+    those pools.
+    """
+    import sys
+    import threading
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import reactor
+    if not reactor.running or threading.current_thread() is not threading.main_thread():
+        return
+    thread = next((t for t in threading.enumerate()
+                   if t.name == "mqgate-client-reactor"), None)
+    reactor.callFromThread(reactor.stop)
+    if thread is not None:
+        thread.join(10)
