@@ -83,13 +83,12 @@ from mqgate.security.auth import AuthenticationFailed
 from mqgate.security.guard import LoginBusy
 from mqgate.web.console import console_resource
 from mqgate.web.ndjson import stream_readings
-from mqgate.web.site import json_body
+from mqgate.web.site import json_answer, json_error
 
 __all__ = ["AdminApi", "HttpError", "basic_credentials", "broker_health"]
 
 #: The challenge of a 401 (RFC 7617; the charset says how the password is encoded).
 CHALLENGE = b'Basic realm="mqgate admin", charset="UTF-8"'
-_JSON = b"application/json; charset=utf-8"
 _TYPE_WORDS = {"queue": "q", "topic": "t"}
 _DESTINATION_ACTIONS = ("purge", "pause", "resume")
 _READS = (b"GET", b"HEAD")
@@ -381,8 +380,8 @@ class AdminApi:
     def healthz(self, request):
         ok, why = self._health()
         if ok:
-            return _json(request, OK, {"status": "ok"})
-        return _json(request, 503, {"status": "unavailable", "error": why})
+            return json_answer(request, OK, {"status": "ok"})
+        return json_answer(request, 503, {"status": "unavailable", "error": why})
 
     @app.handle_errors
     def routing_error(self, request, failure):
@@ -393,14 +392,14 @@ class AdminApi:
         if not isinstance(status, int):
             self.log.failure("HTTP admin request {request} failed", failure,
                              request=_describe(request))
-            return _error(request, 500, "the broker failed to answer; see its log")
+            return json_error(request, 500, "the broker failed to answer; see its log")
         methods = getattr(error, "valid_methods", None)
         if status == 405 and methods:
             request.setHeader(b"allow", ", ".join(sorted(methods)).encode("ascii"))
         if status == 404:
-            return _error(request, 404, str(_no_resource(request)))
-        return _error(request, status, getattr(error, "description", None) or
-                      "the request cannot be answered")
+            return json_error(request, 404, str(_no_resource(request)))
+        return json_error(request, status, getattr(error, "description", None) or
+                          "the request cannot be answered")
 
     # -- the console's reads ----------------------------------------------------------
 
@@ -512,22 +511,22 @@ class AdminApi:
                                user=user, address=call.peer, service=self._service,
                                command=command, status=reply.status)
         if reply.status == OK:
-            return _json(call.request, OK, reply.data if reply.data is not None
-                         else {"text": reply.text})
+            return json_answer(call.request, OK, reply.data if reply.data is not None
+                               else {"text": reply.text})
         body = {"error": reply.text, "status": reply.status}
         if reply.data is not None:
             body["data"] = reply.data
-        return _json(call.request, reply.status, body)
+        return json_answer(call.request, reply.status, body)
 
     def _failed(self, failure, request):
         if failure.check(HttpError):
             error = failure.value
             for name, value in error.headers:
                 request.setHeader(name, value)
-            return _error(request, error.status, str(error))
+            return json_error(request, error.status, str(error))
         self.log.failure("HTTP admin request {request} failed", failure,
                          request=_describe(request))
-        return _error(request, 500, "the broker failed to answer; see its log")
+        return json_error(request, 500, "the broker failed to answer; see its log")
 
     def _exposition(self, request):
         exposition = getattr(self._requests.context, "metrics_exposition", None)
@@ -598,8 +597,8 @@ class _Utf8Only(Resource):
             b"/".join(request.prepath + request.postpath).decode("utf-8")
             request.getRequestHostname().decode("utf-8")
         except UnicodeDecodeError:
-            return _error(request, 400, "the path and host of a request are URL-quoted "
-                          "UTF-8")
+            return json_error(request, 400, "the path and host of a request are"
+                              " URL-quoted UTF-8")
         return self._inner.render(request)
 
 
@@ -765,15 +764,3 @@ def _bytes(value):
     return value if isinstance(value, bytes) else value.encode("ascii")
 
 
-def _json(request, status, data):
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", _JSON)
-    request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(data, default=str).encode("utf-8")
-
-
-def _error(request, status, message):
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", _JSON)
-    request.setHeader(b"cache-control", b"no-store")
-    return json_body(status, message)

@@ -24,7 +24,6 @@ resource never sees a request that has not logged in.
 """
 
 import datetime
-import json
 
 from twisted.internet import task
 from twisted.internet.interfaces import IPushProducer
@@ -36,7 +35,7 @@ from zope.interface import implementer
 from mqgate.capture.index import DEFAULT_LIMIT, CaptureQuery, QueryError
 from mqgate.capture.tail import DEFAULT_MAX_BACKLOG, TailReader
 from mqgate.capture.verify import verify_on_broker
-from mqgate.web.site import json_body
+from mqgate.web.site import json_answer, json_error
 
 __all__ = ["CaptureResource", "parse_time", "DEFAULT_HEARTBEAT", "DEFAULT_MAX_READERS"]
 
@@ -47,7 +46,6 @@ DEFAULT_HEARTBEAT = 15
 #: Tail readers at once at most: each may hold a backlog (L{DEFAULT_MAX_BACKLOG}).
 DEFAULT_MAX_READERS = 16
 
-_JSON = b"application/json; charset=utf-8"
 _NDJSON = b"application/x-ndjson; charset=utf-8"
 _SEARCH = ("address", "queue", "subscription", "from", "to", "property",
            "correlation_id", "message_id", "before", "limit")
@@ -92,9 +90,9 @@ class CaptureResource(Resource):
                 raise _BadRequest("the capture views are read with GET")
             return self._route(request, segments)
         except _BadRequest as e:
-            return _error(request, e.status, str(e))
+            return json_error(request, e.status, str(e))
         except QueryError as e:
-            return _error(request, 400, str(e))
+            return json_error(request, 400, str(e))
 
     def _route(self, request, segments):
         if segments == ["messages"]:
@@ -103,7 +101,7 @@ class CaptureResource(Resource):
             return self._deferred(request, self._index.trace(_search(request)))
         if segments == ["status"]:
             _query(request, ())
-            return _json(request, 200, self._status())
+            return json_answer(request, 200, self._status())
         if segments == ["tail"]:
             return self._tail(request)
         if len(segments) in (2, 3) and segments[0] == "messages":
@@ -167,9 +165,9 @@ class CaptureResource(Resource):
         args = _query(request, ("address", "subscription"))
         if self._hub.readers >= self._max_readers:
             request.setHeader(b"retry-after", b"5")
-            return _error(request, 503, f"{self._max_readers} tail readers are "
-                                        "connected already, the most this broker "
-                                        "serves at once; try again later")
+            return json_error(request, 503, f"{self._max_readers} tail readers are "
+                                            "connected already, the most this broker "
+                                            "serves at once; try again later")
         request.setResponseCode(200)
         request.setHeader(b"content-type", _NDJSON)
         request.setHeader(b"cache-control", b"no-store")
@@ -296,25 +294,11 @@ def _number(text, what):
 # -- writing answers --------------------------------------------------------------------
 
 
-def _json(request, status, data):
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", _JSON)
-    request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(data, default=str).encode("utf-8")
-
-
-def _error(request, status, message):
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", _JSON)
-    request.setHeader(b"cache-control", b"no-store")
-    return json_body(status, message)
-
-
 def _write(request, status, data):
-    request.write(_json(request, status, data))
+    request.write(json_answer(request, status, data))
     request.finish()
 
 
 def _write_error(request, status, message):
-    request.write(_error(request, status, message))
+    request.write(json_error(request, status, message))
     request.finish()

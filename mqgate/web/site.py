@@ -31,7 +31,7 @@ from mqgate.net.services import ConnectionService, endpoint_description
 from mqgate.net.tls import server_endpoint
 
 __all__ = ["HTTP", "HTTPS", "web_endpoint", "make_site", "web_service",
-           "BoundedRequest", "json_body"]
+           "BoundedRequest", "json_body", "json_answer", "json_error"]
 
 HTTP, HTTPS = "http", "https"
 
@@ -39,6 +39,23 @@ HTTP, HTTPS = "http", "https"
 def json_body(status, message):
     """The JSON error body every HTTP service answers with: C{{"error", "status"}}."""
     return json.dumps({"error": message, "status": status}).encode("utf-8")
+
+
+_JSON = b"application/json; charset=utf-8"
+
+
+def json_answer(request, status, data):
+    """Set C{request}'s status and JSON headers (never cached) and return C{data} as
+    the JSON body."""
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", _JSON)
+    request.setHeader(b"cache-control", b"no-store")
+    return json.dumps(data, default=str).encode("utf-8")
+
+
+def json_error(request, status, message):
+    """As L{json_answer}, with the error body of L{json_body}."""
+    return json_answer(request, status, {"error": message, "status": status})
 
 
 class MadeAtFirstRequest(resource.Resource):
