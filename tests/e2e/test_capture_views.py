@@ -24,6 +24,7 @@ from proton import Message
 from tests.e2e.broker import REPO_ROOT, BrokerProcess, broker_environment
 from tests.e2e.proton_client import opened, receive_all
 from tests.e2e.test_http_api import write_users
+from tests.hostile.probe import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -96,10 +97,8 @@ def capture_cli(broker, passfile, *words, timeout=30, url_=None):
 
 def test_the_index_is_open_under_the_instance_directory(broker):
     # The index opens on the database thread as the broker starts: wait for it.
-    deadline = time.monotonic() + TIMEOUT
-    while not (status := get_json(broker, "/api/capture/status"))["open"]:
-        assert time.monotonic() < deadline, "".join(broker.output)
-        time.sleep(0.1)
+    status = wait_for(broker, "/api/capture/status", lambda s: s["open"],
+                      "the capture index never opened")
     assert any("capture index open" in line for line in broker.output)
     index = broker.varhome / "instances" / "mqgate" / "capture" / "index.sqlite"
     assert str(index) in status["database"] and index.exists()
@@ -116,10 +115,17 @@ def send(broker, address, messages):
 
 
 def wait_for(broker, path, predicate, what):
-    deadline = time.monotonic() + TIMEOUT
-    while not predicate(answer := get_json(broker, path)):
-        assert time.monotonic() < deadline, f"{what}: {answer}"
-        time.sleep(0.1)
+    """The answer to GET C{path} once C{predicate} holds of it."""
+    answer = None
+
+    def holds():
+        nonlocal answer
+        answer = get_json(broker, path)
+        return predicate(answer)
+    try:
+        wait_until(holds, TIMEOUT, what, interval=0.1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last answer: {answer}") from None
     return answer
 
 
@@ -180,10 +186,8 @@ def test_the_tail_streams_heartbeats_until_the_reader_goes(broker):
     assert [b["type"] for b in beats] == ["heartbeat", "heartbeat"]
     assert get_json(broker, "/api/capture/status")["tail_readers"] == 1
     response.close()
-    deadline = time.monotonic() + TIMEOUT
-    while get_json(broker, "/api/capture/status")["tail_readers"] != 0:
-        assert time.monotonic() < deadline, "the tail reader was never forgotten"
-        time.sleep(0.1)
+    wait_for(broker, "/api/capture/status", lambda s: s["tail_readers"] == 0,
+             "the tail reader was never forgotten")
 
 
 def test_the_cli_searches_and_says_what_is_wrong(broker, passfile):
