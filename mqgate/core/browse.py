@@ -30,13 +30,7 @@ __all__ = ["Browser", "open_browser", "snapshot"]
 def snapshot(queue):
     """The messages waiting in C{queue} now, as C{(message, delivery_count)} in
     delivery order; the queue is not changed."""
-    entries = [entry for level in reversed(queue._levels) for entry in level]
-    entries.extend(queue._parked)
-    result = []
-    for entry in entries:
-        message = entry.message if type(entry) is Delivery else entry
-        result.append((message, entry.delivery_count))
-    return result
+    return queue.backlog.snapshot()
 
 
 def open_browser(broker, address, target, *, capabilities=(), presettled=False,

@@ -99,6 +99,15 @@ class Consumer:
         """The number of deliveries handed out and not yet settled."""
         return len(self._unsettled)
 
+    def handed(self, delivery):
+        """Its queue handed it C{delivery}: in flight until settled."""
+        self._unsettled[delivery] = True
+
+    def take_back(self, delivery):
+        """Its queue takes C{delivery} back (the target failed to take it); whether
+        it was still unsettled."""
+        return self._unsettled.pop(delivery, False)
+
     def set_credit(self, credit):
         """Let the consumer receive C{credit} more deliveries from now on.
 

@@ -1,32 +1,38 @@
 """
 Queues and topics: where messages wait and how they are handed to consumers (S2.1, S2.9).
 
-A L{Queue} keeps one FIFO deque per priority level (S2.9: higher priority first, FIFO
-within a priority) and a deque of "ready" consumers, those that currently have credit.
-Dispatch takes the first ready consumer, hands it the head message and puts it at the
-back of the ready deque if it still has credit, which gives round-robin among competing
-consumers (S2.1) for the cost of two deque operations per message.
+A L{Queue} keeps its waiting messages in a L{Backlog} (mqgate.core.backlog: priority
+levels, deliveries given back or parked, the one expiry check) and a deque of "ready"
+consumers, those that may have credit. Messages reach consumers in one of two ways:
 
-Three things keep the hot path cheap:
- - a message enqueued on an empty queue with a waiting consumer is handed over at once,
-   without touching the priority deques;
- - the ready deque is cleaned lazily: a consumer whose credit fell to zero (or which was
-   closed) is dropped when it reaches the front, so closing or draining never scans it;
- - the clock is read only for messages that carry an expiry, once per dispatch run.
+ - the fast path: a message published while nothing waits, no run is going on and the
+   first ready consumer has credit goes straight to it, without touching the backlog.
+   This is most messages of a queue whose consumers keep up;
+ - the dispatch loop (L{Queue.dispatch}): each round first I{plans}, asking the backlog
+   for its entries in delivery order (higher priority first, FIFO within a priority,
+   S2.9) and giving each to the first ready consumer with credit left in the round
+   that accepts it (its selector, S2.8; not the consumer a parked delivery avoids);
+   that consumer goes to the back of the ready deque, which is round-robin among
+   competing consumers (S2.1). Planning calls no outside code. Then it I{hands over}
+   the planned deliveries, in order.
 
-Re-entrancy: C{target.deliver()} may call back into the core (settle, set credit, close,
-publish). Only the outermost dispatch run takes entries out of the deques; a nested
-request to dispatch just returns, and the outer loop, which re-reads all state after
-every hand-over, picks up whatever the nested call changed.
+Re-entrancy: C{target.deliver()} may call back into the core (settle, set credit,
+close, publish). Such a call only changes the backlog or the ready deque and asks for
+another round (C{_again}); it never starts a second loop. A planned delivery whose
+consumer lost its credit (or went) before its turn goes back to the backlog, in its
+place, for the next round. The state of the loop is two plain flags: C{_running} (a
+run, or a fast-path hand-over, is going on) and C{_paused} (an operator paused the
+consumers, S11.1): while either is set, dispatching only records that there is work.
 
 A L{Topic} has no storage of its own: every subscription is a Queue (S2.1), and
 publishing enqueues the same message object on each matching one.
 
-Selectors (S2.8) stay off those paths. A topic applies a subscription's selector before
-enqueueing, so a subscription queue only ever holds what its consumer wants. A plain
-queue with at least one selector consumer switches to a slower dispatch
-(L{Queue._dispatch_selective}): each waiting message goes to the first ready consumer
-that accepts it, and what no ready consumer accepts stays where it is, in order.
+Selectors (S2.8). A topic applies a subscription's selector before enqueueing, so a
+subscription queue only ever holds what its consumer wants. A plain queue with at least
+one selector consumer plans with the selectors: what no ready consumer accepts stays
+where it is, in order, while later messages pass. Outside a run, everything waiting has
+been refused by every ready consumer (a selector's verdict never changes), so a message
+published then is tried alone.
 
 Limits (S2.3, S2.7, design rule 4): a queue with L{Limits} is I{full} once the
 messages it holds (waiting plus in flight) reach C{max_count}, or their bytes reach
@@ -44,39 +50,27 @@ holds to the broker's L{SystemLimits} (messages and bytes, waiting or in flight)
 which the producer checks before routing (L{mqgate.core.broker.Producer.send}).
 
 Operators (S11.1: C{pause dst}, C{purge dst}, C{update dst}) act here off the hot path.
-Pausing a queue's consumers parks its dispatch: C{_dispatching} holds L{_PAUSED_RUN},
-which every path already reads as "a run is going on, leave it the messages", so
-publishing to a paused queue costs nothing more. Pausing producers sets the
-destination's C{holding} to its L{Pause}: a producer that sends to it keeps the message
-(L{mqgate.core.broker.Producer}) and is blocked like a producer of a full FLOW_CONTROL
-queue, until L{Pause.release}.
+Pausing a queue's consumers sets C{_paused}: nothing is planned, and what arrives waits
+in the backlog. Pausing producers sets the destination's C{holding} to its L{Pause}: a
+producer that sends to it keeps the message (L{mqgate.core.broker.Producer}) and is
+blocked like a producer of a full FLOW_CONTROL queue, until L{Pause.release}.
 """
 
 import functools
-import heapq
 import itertools
 from collections import deque
 
 from twisted.logger import Logger
 
 from mqgate.core.addresses import topic_matches
+from mqgate.core.backlog import STOP, Backlog, message_of
 from mqgate.core.deliveries import Delivery
 from mqgate.core.dead import EXPIRED, LOW_PRIORITY, OLDEST
 from mqgate.core.limits import FLOW_CONTROL, REMOVE_OLDEST, UNLIMITED, SystemLimits
-from mqgate.core.message import MAX_PRIORITY
 from mqgate.core.modes import DEFAULT_MODES, refusal
 from mqgate.core.selectors import message_field
 
-_LEVELS = MAX_PRIORITY + 1
-
 _log = Logger(namespace="mqgate.core")
-
-# The value of Queue._dispatching during a selective run (True: a plain run).
-_SELECTIVE_RUN = "selective"
-
-# The value of Queue._dispatching while an operator has paused its consumers: no run
-# starts, and what arrives waits in the deques as during a run.
-_PAUSED_RUN = "paused"
 
 #: A destination's states, as list/query dst show them (imqcmd's words).
 RUNNING = "RUNNING"
@@ -165,16 +159,16 @@ class Queue(_Operated):
     @ivar store: the L{mqgate.core.persistence.QueueStore} keeping this queue's
         persistent messages (S3.1), or C{None} (temporary queues, non-durable
         subscriptions, a broker without a store).
+    @ivar backlog: the L{Backlog} of the messages waiting.
     """
 
     __slots__ = ("name", "pattern", "durable_key", "selector", "temporary", "creator",
-                 "owner", "deleted", "_levels", "_hi", "_count", "_parked", "_park_gen", "_ready",
-                 "_consumers", "_dispatching", "_seconds", "_selective",
-                 "_rescan", "_late", "limits", "full", "_bytes", "_waiters",
+                 "owner", "deleted", "backlog", "_ready", "_in_ready",
+                 "_consumers", "_running", "_paused", "_again", "_planned", "_seconds", "_selective",
+                 "limits", "full", "_bytes", "_waiters",
                  "_in_flight", "_flight_bytes", "store", "_system",
                  "attached", "pause", "holding", "modes", "_backups",
-                 "dead_letters", "_expiring", "_ticket", "pager",
-                 "_paged", "matches", "diverts", "limits_set",
+                 "dead_letters", "pager", "matches", "diverts", "limits_set",
                  "expiry_delay") + _QUEUE_COUNTERS
 
     def __init__(self, name, clock, *, pattern=None, durable_key=None, selector=None,
@@ -187,23 +181,24 @@ class Queue(_Operated):
         self.creator = None
         self.owner = None
         self.deleted = False
-        self._levels = [deque() for _ in range(_LEVELS)]
-        # Highest priority level holding something, -1 when the levels are empty.
-        self._hi = -1
-        self._count = 0
-        # Deliveries settled MODIFIED(undeliverable-here): they wait for another consumer.
-        self._parked = []
-        self._park_gen = 0
-        self._ready = deque()
-        self._consumers = []
-        self._dispatching = False
         self._seconds = clock.seconds
-        # S2.8: how many attached consumers have a selector this queue must apply,
-        # whether a dispatch was asked for while one was running, and whether one of
-        # them got credit during a plain run and waits to join the ready deque.
+        self.backlog = Backlog(clock.seconds)
+        # The consumers that may have credit, in round-robin order, and the same as a
+        # set (the queue's own record of who is in the deque).
+        self._ready = deque()
+        self._in_ready = set()
+        self._consumers = []
+        # The dispatch loop's state (see the module docstring): a run is going on; an
+        # operator paused the consumers; something changed during a run (the loop
+        # goes round again).
+        self._running = False
+        self._paused = False
+        self._again = False
+        # Entries the running round took out of the backlog and has not handed over
+        # yet: still waiting, as far as the counts go.
+        self._planned = 0
+        # S2.8: how many attached consumers have a selector this queue must apply.
         self._selective = 0
-        self._rescan = False
-        self._late = False
         for counter in _QUEUE_COUNTERS:
             setattr(self, counter, 0)
         self._in_flight = 0
@@ -215,21 +210,15 @@ class Queue(_Operated):
         self.store = None
         # The broker's totals (S2.2); a queue made on its own counts only for itself.
         self._system = SystemLimits() if system is None else system
-        # S2.4: where its dead messages go (None: dropped); and S2.9 its expiry index,
-        # a heap of (expiry, ticket, message) of the messages with an expiry that waited
-        # here (some may have left since: the reaper checks), with a tie-breaker.
+        # S2.4: where its dead messages go (None: dropped).
         self.dead_letters = dead_letters
-        self._expiring = []
-        self._ticket = 0
         self._init_operated()
         # Active and backup consumers (mqgate.core.modes): the backups wait here, in
         # attach order, outside _consumers and the ready deque.
         self.modes = DEFAULT_MODES
         self._backups = []
-        # S2.6: the Pager that paged some of its messages out (mqgate.core.paging),
-        # and how many of those wait here now; 0 costs dispatch one test.
+        # S2.6: the Pager that paged some of its messages out (mqgate.core.paging).
         self.pager = None
-        self._paged = 0
         # How a topic name is matched against its pattern: C{matches(pattern, name)}
         # (an MQ Light subscription's patterns have their own syntax, S8.5).
         self.matches = topic_matches
@@ -250,12 +239,12 @@ class Queue(_Operated):
     @property
     def depth(self):
         """Messages waiting to be delivered."""
-        return self._count + len(self._parked)
+        return self.backlog.depth + self._planned
 
     @property
     def held(self):
         """Messages the queue is responsible for: waiting plus in flight."""
-        return self._count + len(self._parked) + self._in_flight
+        return self.backlog.depth + self._planned + self._in_flight
 
     @property
     def in_flight(self):
@@ -295,25 +284,16 @@ class Queue(_Operated):
     @property
     def consumers_paused(self):
         """Whether an operator holds its deliveries back (C{pause dst})."""
-        return self._dispatching is _PAUSED_RUN
+        return self._paused
 
     def oldest_arrival(self):
         """When the oldest message waiting now began to wait (the clock's seconds), or
-        C{None} when none waits (S5.1). Each priority level is in arrival order, so it
-        is one of the heads: at most a dozen looks, for a metrics reading."""
-        oldest = None
-        heads = [level[0] for level in self._levels if level]
-        if self._parked:
-            heads.append(self._parked[0])
-        for entry in heads:
-            arrived = _message_of(entry).arrived
-            if arrived is not None and (oldest is None or arrived < oldest):
-                oldest = arrived
-        return oldest
+        C{None} when none waits (S5.1)."""
+        return self.backlog.oldest_arrival()
 
     def oldest_age(self):
         """Seconds the oldest message waiting now has waited (0.0 when none waits)."""
-        oldest = self.oldest_arrival()
+        oldest = self.backlog.oldest_arrival()
         return 0.0 if oldest is None else max(0.0, self._seconds() - oldest)
 
     def stats(self):
@@ -338,53 +318,75 @@ class Queue(_Operated):
         system.count += 1
         system.bytes += message.size
         limits = self.limits
-        held = self._count + len(self._parked) + self._in_flight
+        backlog = self.backlog
+        held = backlog.depth + self._planned + self._in_flight
         if held >= self.peak_held:
             self.peak_held = held + 1   # with this message (S5.1)
         if held >= limits.full_count or self._bytes >= limits.full_bytes:
             self.full = True
-        if self._selective:
-            self._publish_selective(message)
-            return
         ready = self._ready
-        if ready and not self._count and not self._dispatching and not self._parked:
-            # The fast path: nothing waits, so this message is next for whoever is ready.
-            consumer = ready.popleft()
-            if consumer.credit > 0:
-                expiry = message.expiry
-                if expiry is not None and expiry <= self._seconds():
-                    self._expire(message)
-                    ready.appendleft(consumer)
-                    return
-                self._dispatching = True
-                try:
-                    self._hand(consumer, message, message.delivery_count)
-                finally:
-                    self._dispatching = False
+        if ready and not self._running and not self._paused:
+            if not backlog.depth and not self._selective:
+                # The fast path: nothing waits, so this message is next for whoever
+                # is ready; the backlog is not touched.
+                consumer = ready.popleft()
                 if consumer.credit > 0:
-                    ready.append(consumer)
-                else:
-                    consumer._in_ready = False
-                if self._count or self._parked:
-                    self.dispatch()
+                    if message.expiry is not None and backlog.expired(message):
+                        ready.appendleft(consumer)
+                        self._expire(message)
+                        return
+                    # Out of the deque, still in the set: a re-entrant offer leaves
+                    # it to us, and it goes to the back if it still has credit.
+                    self._hand_alone(consumer, message)
+                    if consumer.credit > 0:
+                        ready.append(consumer)
+                    else:
+                        self._in_ready.discard(consumer)
+                    # What the hand-over added waits for a run (the deque did not hold
+                    # this consumer meanwhile, so a publish may not have asked for one).
+                    if self._again or backlog.depth:
+                        self.dispatch()
+                    return
+                self._in_ready.discard(consumer)
+            elif self._selective and not backlog.paged:
+                # S2.8: outside a run, everything waiting was refused by every ready
+                # consumer (a selector's verdict never changes, and each way to break
+                # that, a new entry or a consumer gaining credit, starts a run), so
+                # only this message needs trying.
+                if message.expiry is not None and backlog.expired(message):
+                    self._expire(message)
+                    return
+                consumer = self._choose(message, None, None)
+                if consumer is not None:
+                    self._hand_alone(consumer, message)
+                    if consumer.credit <= 0:
+                        self._leave_ready(consumer)
+                    if self._again:
+                        self.dispatch()
+                    return
+                backlog.append(message)
+                if self.full and limits.removes:
+                    self._make_room(message)
                 return
-            consumer._in_ready = False
-        # It waits: when it began to is the oldest-message age of the metrics (S5.1);
-        # read only here, so a message handed over at once costs no clock read.
-        message.arrived = self._seconds()
-        priority = message.priority
-        self._levels[priority].append(message)
-        self._count += 1
-        if priority > self._hi:
-            self._hi = priority
-        if message.expiry is not None:
-            self._index_expiry(message)
+        # It waits.
+        backlog.append(message)
         if self.full and limits.removes:
             self._make_room(message)
-        if ready and not self._dispatching:
+        if ready:
             self.dispatch()
 
     enqueue = publish
+
+    def _hand_alone(self, consumer, message):
+        # One message handed over without a plan (the fast paths): a run as far as
+        # re-entrant calls can tell, so what they change waits for the follow-up run
+        # the caller starts when C{_again} says so.
+        self._again = False
+        self._running = True
+        try:
+            self._hand(consumer, message, message.delivery_count)
+        finally:
+            self._running = False
 
     # -- consumers --------------------------------------------------------------------
 
@@ -422,18 +424,26 @@ class Queue(_Operated):
             consumer = self._backups.pop(0)
             self._activate(consumer)
             promoted = True
-            if consumer.credit <= 0 or consumer._in_ready:
-                continue
-            if self._dispatching is True and self._filters(consumer):
-                self._late = True   # as offer() does: the selective run lets it in
-            else:
-                consumer._in_ready = True
-                self._ready.append(consumer)
+            if consumer.credit > 0:
+                self._join_ready(consumer)
         return promoted
 
     def _filters(self, consumer):
         # A subscription's selector was applied by its topic already (S2.8).
         return consumer.selector is not None and self.pattern is None
+
+    def _join_ready(self, consumer):
+        if consumer not in self._in_ready:
+            self._in_ready.add(consumer)
+            self._ready.append(consumer)
+
+    def _leave_ready(self, consumer):
+        if consumer in self._in_ready:
+            self._in_ready.discard(consumer)
+            try:
+                self._ready.remove(consumer)
+            except ValueError:
+                pass    # the fast path holds it, and lets it go as it has no credit
 
     def offer(self, consumer, had_credit=False):
         """A consumer now has credit: put it in the ready rotation and dispatch (a
@@ -443,19 +453,13 @@ class Queue(_Operated):
         """
         if self._backups and consumer in self._backups:
             return
-        if not consumer._in_ready:
-            if self._dispatching is True and self._filters(consumer):
-                # S2.8: a plain run is going on (this is a call from inside one of its
-                # deliveries) and would ignore the selector; the selective dispatch
-                # that follows it lets the consumer in (_let_late_in).
-                self._late = True
-                return
-            consumer._in_ready = True
+        joined = consumer not in self._in_ready
+        if joined:
+            self._in_ready.add(consumer)
             self._ready.append(consumer)
-        if had_credit and self._selective:
-            # S2.8: a consumer that kept its credit has refused everything waiting
-            # already (a selector's verdict never changes); a run that stopped planning
-            # for it when its credit ran out looks again (_selective_round).
+        elif had_credit and self._selective:
+            # S2.8: a ready consumer that kept its credit has refused everything
+            # waiting already (a selector's verdict never changes).
             return
         self.dispatch()
 
@@ -478,324 +482,187 @@ class Queue(_Operated):
                 self._selective -= 1
             if self._backups:
                 self._promote()
-        if consumer._in_ready:
-            # Drop it now rather than lazily, so an idle queue does not keep the closed
-            # consumer (and its target) alive. Not found: the running dispatch loop
-            # holds it and lets it go when it sees no credit.
-            try:
-                self._ready.remove(consumer)
-                consumer._in_ready = False
-            except ValueError:
-                pass
-        # They leave the flight and (_push_front) wait again; held all along.
+        # Dropped now, so an idle queue does not keep the closed consumer (and its
+        # target) alive.
+        self._leave_ready(consumer)
+        # They leave the flight and wait again; held all along.
         self._in_flight -= len(pending)
         size = sum(delivery.message.size for delivery in pending)
         self._flight_bytes -= size
-        self._add_bytes(-size)
         if self._dropped_if_deleted(len(pending)):
+            self._bytes -= size
             self._system.count -= len(pending)
+            self._system.bytes -= size
             return
-        self._push_front(pending)
-        if self._parked:
-            self._unpark(consumer)
+        self.backlog.push_front(pending)
+        if self.backlog.parked:
+            self.backlog.unpark(consumer)
         self.dispatch()
 
     def requeue(self, delivery):
         """Put a settled-back delivery at the head of its priority level and dispatch."""
         if self._dropped_if_deleted(1):
             return
-        self._system.count += 1    # it left with its settlement; it is back
-        self._push_front((delivery,))
+        # It left with its settlement; it is back.
+        self._system.count += 1
+        self._add_bytes(delivery.message.size)
+        self.backlog.push_front((delivery,))
         self.dispatch()
 
     def park(self, delivery, consumer):
         """Keep C{delivery} for any consumer except C{consumer} (undeliverable-here)."""
         if self._dropped_if_deleted(1):
             return
-        delivery._avoid = consumer
-        if delivery.message.arrived is None:
-            delivery.message.arrived = self._seconds()
         self._system.count += 1
         self._add_bytes(delivery.message.size)
-        self._parked.append(delivery)
-        self._park_gen += 1
+        self.backlog.park(delivery, consumer)
         self.dispatch()
 
     # -- dispatch ---------------------------------------------------------------------
 
     def dispatch(self):
-        """Hand waiting messages to consumers with credit, round-robin, priority first."""
-        if self._dispatching:
-            # The running dispatch picks the change up (see the module docstring); a
-            # selective one is told to, as it plans from a snapshot (S2.8).
-            self._rescan = True
-            return
-        if self._selective:
-            self._dispatch_selective()
+        """Hand waiting messages to consumers with credit: plan, then hand over.
+
+        Each round of the loop first plans (L{_plan}: which waiting message goes to
+        which consumer, calling no outside code), then hands the planned deliveries
+        over. A call from inside a hand-over (a target that settles, publishes, gives
+        credit, detaches) only changes the backlog or the ready deque and asks for
+        another round (C{_again}); the running loop does it.
+        """
+        if self._running or self._paused:
+            self._again = True
             return
         if not self._ready:
             return
-        self._dispatching = True
+        self._running = True
         try:
             while True:
-                park_gen = self._park_gen
-                if self._parked:
-                    self._dispatch_parked()
-                self._dispatch_levels()
-                if park_gen == self._park_gen or not self._parked or not self._ready:
+                self._again = False
+                plan = []
+                self._plan(plan)
+                if plan:
+                    self._hand_over(plan)
+                if not self._again or self._paused or not self._ready:
                     break
         finally:
-            self._dispatching = False
-        if self._selective:
-            # A consumer with a selector arrived during the run (re-entrantly).
-            self._dispatch_selective()
-        elif self._paged:
+            self._running = False
+        if self.backlog.paged:
             # S2.6: what comes next may be paged out: read it back (dispatch goes on
             # when it arrives).
             self.pager.fill(self)
 
-    def _dispatch_levels(self):
+    def _plan(self, plan):
+        # Which consumer takes which waiting message: round-robin among the ready
+        # consumers, priority first, each consumer's selector applied (S2.1, S2.8,
+        # S2.9). Planned credit is counted here, not taken: the hand-over takes it.
         ready = self._ready
-        levels = self._levels
-        now = None
-        while ready and self._count:
-            consumer = ready.popleft()
-            if consumer.credit <= 0:
-                consumer._in_ready = False
-                continue
-            level = levels[self._hi]
-            entry = level[0]
-            message = entry.message if type(entry) is Delivery else entry
-            if message.paged:
-                # S2.6: its body is being read back; the run stops here, in order.
-                ready.appendleft(consumer)
-                return
-            level.popleft()
-            self._count -= 1
-            if not level:
-                self._lower_hi()
-            expiry = message.expiry
-            if expiry is not None:
-                if now is None:
-                    now = self._seconds()
-                if expiry <= now:
-                    self._expire(message)
-                    ready.appendleft(consumer)
-                    continue
-            self._hand(consumer, message, entry.delivery_count)
+        credit = {}
+        for consumer in ready:
             if consumer.credit > 0:
-                ready.append(consumer)
-            else:
-                consumer._in_ready = False
-
-    def _dispatch_parked(self):
-        # Rare path (MODIFIED undeliverable-here): each parked delivery goes to the first
-        # ready consumer that is not the one that refused it.
-        ready = self._ready
-        index = 0
-        while index < len(self._parked) and ready:
-            parked = self._parked[index]
-            consumer = self._take_ready(parked._avoid)
-            if consumer is None:
-                index += 1
-                continue
-            del self._parked[index]
-            parked._avoid = None
-            expiry = parked.message.expiry
-            if expiry is not None and expiry <= self._seconds():
-                self._expire(parked.message)
-                ready.appendleft(consumer)
-                continue
-            self._hand(consumer, parked.message, parked.delivery_count)
-            if consumer.credit > 0:
-                ready.append(consumer)
-            else:
-                consumer._in_ready = False
-
-    def _take_ready(self, avoid):
-        for position, consumer in enumerate(self._ready):
-            if consumer.credit > 0 and consumer is not avoid:
-                del self._ready[position]
-                return consumer
-        return None
-
-    # -- dispatch with selectors (S2.8) ----------------------------------------------
-
-    def _publish_selective(self, message):
-        # Outside a dispatch run, everything waiting has been refused by every consumer
-        # that has credit (each way to break that, a new entry or a consumer gaining
-        # credit from none, leads to a full run), so only the new message needs trying.
-        # Not while some wait paged out (S2.6): those were not refused, only not read
-        # back yet, and a consumer taking this one first would get it out of order.
-        if not self._dispatching and not self._paged:
-            if self._late:
-                self._let_late_in()
-            expiry = message.expiry
-            if expiry is not None and self._ready and expiry <= self._seconds():
-                self._expire(message)
-                return
-            consumer = self._choose(message, None, None)
-            if consumer is not None:
-                self._rescan = False
-                self._dispatching = _SELECTIVE_RUN
-                try:
-                    self._hand(consumer, message, message.delivery_count)
-                finally:
-                    self._dispatching = False
-                if self._rescan:
-                    self.dispatch()
-                return
-        message.arrived = self._seconds()
-        priority = message.priority
-        self._levels[priority].append(message)
-        self._count += 1
-        if priority > self._hi:
-            self._hi = priority
-        if message.expiry is not None:
-            self._index_expiry(message)
-        if self.full and self.limits.removes:
-            self._make_room(message)
-        if self._dispatching:
-            self._rescan = True
-        elif self._paged and self._ready:
-            self.dispatch()
-
-    def _dispatch_selective(self):
-        # Rounds of "plan, then hand over": planning calls no outside code, so it can
-        # walk the deques; handing over may re-enter, and a round that saw re-entry,
-        # had to give entries back, or stopped planning for a consumer that has credit
-        # again, is followed by another.
-        if self._late:
-            self._let_late_in()
-        self._dispatching = _SELECTIVE_RUN
-        try:
-            while self._ready:
-                self._rescan = False
-                if not self._selective_round() and not self._rescan:
-                    break
-        finally:
-            self._dispatching = False
-        if self._paged:
-            self.pager.fill(self)   # S2.6, as in dispatch()
-
-    def _let_late_in(self):
-        self._late = False
-        for consumer in self._consumers:
-            if consumer.credit > 0 and not consumer._in_ready:
-                consumer._in_ready = True
-                self._ready.append(consumer)
-
-    def _selective_round(self):
-        credit = {c: c.credit for c in self._ready if c.credit > 0}
+                credit[consumer] = consumer.credit
+        if len(credit) != len(ready):
+            # Out of credit since it joined: it rejoins when it gets credit (offer).
+            ready = self._ready = deque(credit)
+            self._in_ready = set(credit)
         if not credit:
-            return False
-        planned_for = list(credit)
-        plan = []
-        now = self._seconds()
-        blocked = []    # S2.6: planning met a paged message; nothing after it goes
-        if self._parked:
-            self._parked = self._plan(self._parked, credit, plan, now, parked=True)
-        levels = self._levels
-        for priority in range(self._hi, -1, -1):
-            if not credit or blocked:
-                break
-            level = levels[priority]
-            if level:
-                before = len(level)
-                kept = self._plan(level, credit, plan, now, blocked=blocked)
-                if len(kept) != before:
-                    self._count -= before - len(kept)
-                    levels[priority] = deque(kept)
-        while self._hi >= 0 and not levels[self._hi]:
-            self._hi -= 1
-        returned, returned_parked = [], []
-        for entry, consumer, parked in plan:
-            if consumer.credit <= 0 or self.deleted:
-                # Lost its credit (or the queue went) while earlier ones were handed.
-                (returned_parked if parked else returned).append(entry)
-            elif parked:
-                entry._avoid = None
-                self._hand(consumer, entry.message, entry.delivery_count)
-            else:
-                message = entry.message if type(entry) is Delivery else entry
-                self._hand(consumer, message, entry.delivery_count)
-        if self.deleted:
-            # Taken out of the deques before the deletion, so discard did not count
-            # them (their bytes it did: they were never handed over).
-            dropped = len(returned) + len(returned_parked)
-            self._dropped_if_deleted(dropped)
-            self._system.count -= dropped
-            return False
-        self._merge_back(returned)
-        self._parked[:0] = returned_parked
-        if blocked:
-            # The rest waits for a body read back (its arrival dispatches again).
-            return bool(returned or returned_parked)
-        # Consumers dropped from C{credit} ran out while planning: later entries were
-        # not tried on them.
-        return bool(returned or returned_parked) or any(
-            c.credit > 0 for c in planned_for if c not in credit)
+            return
+        expired = []
+        if self._selective:
+            self.backlog.select(lambda message, avoid: self._choose(message, avoid, credit)
+                                or (None if credit else STOP), plan, expired)
+        else:
+            self.backlog.select(lambda message, avoid: self._next_ready(avoid, credit),
+                                plan, expired)
+        # Counted (and dead-lettered, S2.4) once the backlog is consistent again.
+        for message in expired:
+            self._expire(message)
 
-    def _merge_back(self, entries):
-        # Planned but never handed: back among the waiting ones by arrival order, so
-        # the remaining consumers still see the original order (a stable merge keeps
-        # what was requeued at the head in the meantime where it is).
-        levels = self._levels
-        for priority in {_message_of(e).priority for e in entries}:
-            group = [e for e in entries if _message_of(e).priority == priority]
-            levels[priority] = deque(heapq.merge(levels[priority], group, key=_arrival))
-            self._hi = max(self._hi, priority)
-        self._count += len(entries)
-
-    def _plan(self, entries, credit, plan, now, parked=False, blocked=None):
-        # Assign entries to consumers (in order, round-robin); return what stays.
-        kept = []
-        for index, entry in enumerate(entries):
-            if not credit:
-                kept.extend(itertools.islice(entries, index, None))
-                break
-            message = entry.message if type(entry) is Delivery else entry
-            if message.paged:
-                # S2.6: not handed before its body is back, nor anything after it.
-                kept.extend(itertools.islice(entries, index, None))
-                blocked.append(message)
-                break
-            expiry = message.expiry
-            if expiry is not None and expiry <= now:
-                self._expire(message)
-                continue
-            consumer = self._choose(message, entry._avoid if parked else None, credit)
-            if consumer is None:
-                kept.append(entry)
+    def _next_ready(self, avoid, credit):
+        # Without selectors: the first ready consumer with credit left in this round
+        # takes the message and goes to the back (S2.1); a parked message skips the
+        # consumer that refused it.
+        if not credit:
+            return STOP
+        ready = self._ready
+        if avoid is None:
+            consumer = ready[0]
+            position = 0
+        else:
+            for position, consumer in enumerate(ready):
+                if consumer is not avoid and consumer in credit:
+                    break
             else:
-                plan.append((entry, consumer, parked))
-        return kept
+                return None
+        left = credit[consumer]
+        if left > 1:
+            credit[consumer] = left - 1
+            del ready[position]
+            ready.append(consumer)
+        else:
+            del credit[consumer]
+            del ready[position]
+            self._in_ready.discard(consumer)
+        return consumer
 
     def _choose(self, message, avoid, credit):
-        # The first ready consumer with credit (C{credit}: what is left of it in this
-        # round, or None for the live value) that accepts C{message}; it moves to the
-        # back of the ready deque, which keeps the rotation of S2.1.
+        # S2.8: the first ready consumer with credit (C{credit}: what is left of it in
+        # this round, or None for the live value) that accepts C{message}; it moves to
+        # the back of the ready deque, which keeps the rotation of S2.1.
         ready = self._ready
         lookup = None
+        pattern = self.pattern
         for position, consumer in enumerate(ready):
             left = consumer.credit if credit is None else credit.get(consumer, 0)
             if left <= 0 or consumer is avoid:
                 continue
             selector = consumer.selector
-            if selector is not None:
+            if selector is not None and pattern is None:
                 if lookup is None:
                     lookup = functools.partial(message_field, message)
                 if not selector.matches(lookup):
                     continue
             del ready[position]
-            ready.append(consumer)
-            if credit is not None:
-                if left > 1:
+            if credit is None or left > 1:
+                ready.append(consumer)
+                if credit is not None:
                     credit[consumer] = left - 1
-                else:
-                    del credit[consumer]
+            else:
+                del credit[consumer]
+                self._in_ready.discard(consumer)
             return consumer
         return None
+
+    def _hand_over(self, plan):
+        # The planned deliveries, in order. One whose consumer lost its credit (or went)
+        # meanwhile, or whose queue was deleted, goes back to the backlog, and another
+        # round looks for a consumer for it.
+        unhanded = None
+        self._planned = len(plan)
+        for consumer, entry in plan:
+            self._planned -= 1
+            if consumer.credit <= 0 or self.deleted:
+                if unhanded is None:
+                    unhanded = []
+                unhanded.append(entry)
+                continue
+            if type(entry) is list:
+                entry = entry[0]    # a parked delivery: [delivery, avoided consumer]
+            if type(entry) is Delivery:
+                self._hand(consumer, entry.message, entry.delivery_count)
+            else:
+                self._hand(consumer, entry, entry.delivery_count)
+        if unhanded:
+            if self.deleted:
+                # Taken out of the backlog before the deletion, so discard did not
+                # count them, nor their bytes.
+                size = sum(message_of(e if type(e) is not list else e[0]).size
+                           for e in unhanded)
+                self._dropped_if_deleted(len(unhanded))
+                self._system.count -= len(unhanded)
+                self._add_bytes(-size)
+                return
+            self.backlog.put_back(unhanded)
+            self._again = True
 
     def _hand(self, consumer, message, delivery_count):
         delivery = Delivery(message, consumer, delivery_count)
@@ -812,7 +679,7 @@ class Queue(_Operated):
             self.bytes_out += message.size
         else:
             # Still held, in flight, until settled (bytes too: S2.2, S2.3).
-            consumer._unsettled[delivery] = True
+            consumer.handed(delivery)
             self._in_flight += 1
             self._flight_bytes += message.size
         if self.full:
@@ -840,7 +707,7 @@ class Queue(_Operated):
         if consumer.presettled:
             self.messages_out -= 1
             self.bytes_out -= message.size
-        elif consumer._unsettled.pop(delivery, False):
+        elif consumer.take_back(delivery):
             self.settled(message.size)   # park holds it again
         else:
             return   # the target settled it before failing: it is no longer ours
@@ -851,49 +718,39 @@ class Queue(_Operated):
 
     def pause_consumers(self):
         """Deliver nothing more until L{resume_consumers}: what arrives waits."""
-        if not self._dispatching:
-            self._dispatching = _PAUSED_RUN
+        self._paused = True
 
     def resume_consumers(self):
         """Deliver again, starting with what waited."""
-        if self._dispatching is _PAUSED_RUN:
-            self._dispatching = False
-            self._rescan = False
+        if self._paused:
+            self._paused = False
             self.dispatch()
 
     def purge(self):
         """Drop the messages waiting (in flight ones stay until settled), from the
         store too; return how many were dropped."""
-        entries = [entry for level in self._levels for entry in level]
-        entries.extend(self._parked)
-        if not entries:
+        messages = self.backlog.clear()
+        if not messages:
             return 0
-        size = sum(_message_of(entry).size for entry in entries)
-        if self._paged:
-            self._forget_paged(entries)
-        for level in self._levels:
-            level.clear()
-        self._parked = []
-        self._count = 0
-        self._hi = -1
-        self.dropped += len(entries)
-        self._system.count -= len(entries)
+        size = sum(message.size for message in messages)
+        self._forget_paged(messages)
+        self.dropped += len(messages)
+        self._system.count -= len(messages)
         self._add_bytes(-size)
         if self.store is not None:
-            for entry in entries:
-                message = _message_of(entry)
+            for message in messages:
                 if message.durable:
                     self.store.remove(message)
         if self.full:
             self._ease()
-        return len(entries)
+        return len(messages)
 
-    def _forget_paged(self, entries):
+    def _forget_paged(self, messages):
         # S2.6: paged messages leaving without a body (purged, the queue deleted).
-        for entry in entries:
-            message = _message_of(entry)
-            if message.paged:
-                self.pager.forget(self, message)
+        if self.backlog.paged:
+            for message in messages:
+                if message.paged:
+                    self.pager.forget(self, message)
 
     def set_limits(self, limits):
         """Apply new L{Limits} now: the queue becomes full at once if it holds as much
@@ -910,7 +767,7 @@ class Queue(_Operated):
     # -- limits (S2.3, S2.7) ----------------------------------------------------------
 
     def _expire(self, message):
-        # Taken out of the deques (or never put there) by the caller: it expired.
+        # Taken out of the backlog (or never put there) by the caller: it expired.
         self.expired += 1
         self._system.count -= 1
         self._add_bytes(-message.size)
@@ -953,20 +810,10 @@ class Queue(_Operated):
         limits = self.limits
         oldest = limits.behavior == REMOVE_OLDEST
         reason = OLDEST if oldest else LOW_PRIORITY
-        levels = self._levels
-        while self._count and (self.held > limits.max_count >= 0
-                               or self._bytes > limits.max_bytes >= 0):
-            if oldest:
-                level = min((lv for lv in levels if lv), key=lambda lv: _arrival(lv[0]))
-                if level[0] is newest:
-                    break
-            else:
-                level = next(lv for lv in levels if lv)
-            entry = level.popleft()
-            self._count -= 1
-            if not level and self._hi >= 0 and level is levels[self._hi]:
-                self._lower_hi()
-            message = _message_of(entry)
+        while self.held > limits.max_count >= 0 or self._bytes > limits.max_bytes >= 0:
+            message = self.backlog.remove_head(oldest, newest)
+            if message is None:
+                break
             self.removed += 1
             self.dropped += 1
             self._system.count -= 1
@@ -979,68 +826,17 @@ class Queue(_Operated):
 
     def reap(self, now):
         """Remove the waiting messages that expired by C{now} (S2.2's reaper, S2.9);
-        return how many. Costs nothing while the earliest expiry is in the future; a
-        pass over the queue's waiting messages only when some expired."""
-        expiring = self._expiring
-        if not expiring or expiring[0][0] > now:
-            return 0
-        due = {}
-        while expiring and expiring[0][0] <= now:
-            message = heapq.heappop(expiring)[2]
-            due[id(message)] = message
-
-        def is_due(message):
-            # By identity: an id is only unique among live objects.
-            return due.get(id(message)) is message
-
-        removed = []
-        levels = self._levels
-        for priority, level in enumerate(levels):
-            if level and any(is_due(_message_of(e)) for e in level):
-                kept = deque()
-                for entry in level:
-                    (removed if is_due(_message_of(entry)) else kept).append(entry)
-                levels[priority] = kept
-        if self._parked:
-            gone = [d for d in self._parked if is_due(d.message)]
-            if gone:
-                self._parked = [d for d in self._parked if not is_due(d.message)]
-                removed.extend(gone)
-        if not removed:
-            self._prune_expiring()
-            return 0
-        self._count = sum(len(level) for level in levels)
-        self._hi = max((p for p, level in enumerate(levels) if level), default=-1)
-        for entry in removed:
-            self._expire(_message_of(entry))
-        self._prune_expiring()
+        return how many."""
+        removed = self.backlog.reap(now)
+        for message in removed:
+            self._expire(message)
         return len(removed)
-
-    def _prune_expiring(self):
-        # Messages that left (delivered, purged) stay in the heap until their expiry
-        # passes; rebuilt from what waits once it is twice as large, so it stays
-        # bounded by the queue's depth (design rule 4), at an amortised O(1).
-        if len(self._expiring) <= 2 * self.depth + 64:
-            return
-        entries = [_message_of(e) for level in self._levels for e in level]
-        entries.extend(d.message for d in self._parked)
-        self._expiring = [(m.expiry, n, m) for n, m in enumerate(entries)
-                          if m.expiry is not None]
-        self._ticket = len(entries)
-        heapq.heapify(self._expiring)
-
-    def _index_expiry(self, message):
-        # The ticket keeps heap entries apart (messages do not compare).
-        self._ticket += 1
-        heapq.heappush(self._expiring, (message.expiry, self._ticket, message))
-        if len(self._expiring) > 2 * self.depth + 64:
-            self._prune_expiring()
 
     def _ease(self):
         # Called when something left a full queue: below the low-water mark, it is no
         # longer full and its waiting producers may go on.
         limits = self.limits
-        if (self._count + len(self._parked) + self._in_flight < limits.low_count
+        if (self.backlog.depth + self._planned + self._in_flight < limits.low_count
                 and self._bytes < limits.low_bytes):
             self._unblock()
 
@@ -1096,80 +892,24 @@ class Queue(_Operated):
         self.dropped += count
         return True
 
-    # -- storage ----------------------------------------------------------------------
-
-    def _lower_hi(self):
-        if not self._count:
-            self._hi = -1
-            return
-        levels = self._levels
-        hi = self._hi - 1
-        while not levels[hi]:
-            hi -= 1
-        self._hi = hi
-
-    def _push_front(self, deliveries):
-        levels = self._levels
-        now = None
-        for delivery in reversed(deliveries):
-            message = delivery.message
-            if message.arrived is None:
-                # Handed over at once when it came; waiting from now on (S5.1).
-                if now is None:
-                    now = self._seconds()
-                message.arrived = now
-            self._add_bytes(message.size)
-            if message.expiry is not None:
-                self._index_expiry(message)
-            priority = message.priority
-            levels[priority].appendleft(delivery)
-            if priority > self._hi:
-                self._hi = priority
-        self._count += len(deliveries)
-
-    def _unpark(self, consumer):
-        freed = [d for d in self._parked if d._avoid is consumer]
-        if freed:
-            self._parked = [d for d in self._parked if d._avoid is not consumer]
-            for delivery in freed:
-                delivery._avoid = None
-                # Their bytes were counted when parked; _push_front counts them again.
-                self._add_bytes(-delivery.message.size)
-            self._push_front(freed)
-
     def discard(self):
         """Mark the queue deleted and drop what it holds (counted as dropped)."""
         self.deleted = True
-        self.dropped += self._count + len(self._parked)
-        self._system.count -= self._count + len(self._parked)
+        messages = self.backlog.clear()
+        self.dropped += len(messages)
+        self._system.count -= len(messages)
         # What is in flight stays held until it is settled (or comes back, dropped).
         self._system.bytes -= self._bytes - self._flight_bytes
-        if self._paged:
-            self._forget_paged([entry for level in self._levels for entry in level])
-        for level in self._levels:
-            level.clear()
-        self._parked = []
-        self._count = 0
+        self._forget_paged(messages)
         self._bytes = self._flight_bytes
-        self._hi = -1
-        for consumer in self._ready:
-            consumer._in_ready = False
         self._ready.clear()
+        self._in_ready.clear()
         # Its stored messages went with it (remove_destination/remove_durable): what
         # its consumers still settle must not be removed a second time.
         self.store = None
         # Nothing waits for a queue that is gone: its producers learn of the deletion
         # on their next send.
         self._unblock()
-
-
-def _message_of(entry):
-    return entry.message if type(entry) is Delivery else entry
-
-
-def _arrival(entry):
-    seq = _message_of(entry).seq
-    return -1 if seq is None else seq
 
 
 class SubscriptionIndex:

@@ -107,7 +107,7 @@ class Pager:
                 " them ({total} paged out so far)", state=self._memory.state,
                 count=self.count, bytes=self.bytes, total=self.paged_total)
         for queue in queues:
-            if queue._paged:
+            if queue.backlog.paged:
                 self.fill(queue)
 
     # -- paging out -------------------------------------------------------------------
@@ -117,14 +117,10 @@ class Pager:
         C{keep}; return how many. Walks each priority level from its tail and stops at
         a message already paged: what is before it was looked at by an earlier call."""
         keep = self.keep
-        levels = queue._levels
         ahead = 0
         paged = 0
-        for priority in range(queue._hi, -1, -1):
-            level = levels[priority]
+        for level in queue.backlog.levels():
             size = len(level)
-            if not size:
-                continue
             first = max(0, keep - ahead)    # the first index of this level to page
             ahead += size
             for _, entry in zip(range(size - first), reversed(level)):
@@ -142,7 +138,7 @@ class Pager:
         if paged:
             self.count += paged
             self.paged_total += paged
-            queue._paged += paged
+            queue.backlog.paged_out(paged)
             queue.pager = self
         return paged
 
@@ -174,9 +170,8 @@ class Pager:
         seen = 0
         # At least a read's worth ahead, so that page_keep 0 still makes progress.
         keep = max(self.keep, self.reads)
-        levels = queue._levels
-        for priority in range(queue._hi, -1, -1):
-            for entry in levels[priority]:
+        for level in queue.backlog.levels():
+            for entry in level:
                 if seen >= keep or room <= 0:
                     return
                 seen += 1
@@ -239,7 +234,7 @@ class Pager:
                    " works", seq=message.seq, queue=queue.name, why=why)
 
     def _unpaged(self, queue, message):
-        queue._paged -= 1
+        queue.backlog.paged_in()
         self.count -= 1
         self.bytes -= message.size
 

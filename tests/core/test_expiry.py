@@ -52,7 +52,7 @@ def test_the_reaper_looks_only_at_queues_whose_earliest_expiry_passed():
     queue = broker.queue("busy")
     assert queue.depth == 0
     assert queue.reap(clock.seconds()) == 0
-    assert len(queue._expiring) <= 2 * queue.depth + 64
+    assert queue.backlog.expiry_index_size <= 2 * queue.depth + 64
 
 
 def test_priority_and_requeued_messages_expire_too():
@@ -78,7 +78,7 @@ def test_absolute_expiry_is_kept_across_a_restart():
     [(_, data, _)] = held(store, "queue://q")
     assert data.endswith(b"m") and data != b"m"      # the record carries the expiry
     again, _, summary = restart(store)
-    [message] = [again.queue("q")._levels[4][0]]
+    [message] = again.queue("q").backlog.messages()
     assert message.expiry == 1030 and not summary.warnings
 
 
@@ -89,4 +89,4 @@ def test_a_record_without_expiry_is_read_as_before():
     broker.open_producer("queue://q").send(BrokerMessage(b"plain", durable=True))
     assert held(store, "queue://q")[0][1] == b"plain"
     again, _, _ = restart(store)
-    assert again.queue("q")._levels[4][0].payload == b"plain"
+    assert again.queue("q").backlog.messages()[0].payload == b"plain"
