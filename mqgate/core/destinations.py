@@ -336,8 +336,14 @@ class Queue(_Operated):
                         self._expire(message)
                         return
                     # Out of the deque, still in the set: a re-entrant offer leaves
-                    # it to us, and it goes to the back if it still has credit.
-                    self._hand_alone(consumer, message)
+                    # it to us, and it goes to the back if it still has credit. A
+                    # run as far as re-entrant calls can tell (inline: the hot path).
+                    self._again = False
+                    self._running = True
+                    try:
+                        self._hand(consumer, message, message.delivery_count)
+                    finally:
+                        self._running = False
                     if consumer.credit > 0:
                         ready.append(consumer)
                     else:
@@ -378,9 +384,9 @@ class Queue(_Operated):
     enqueue = publish
 
     def _hand_alone(self, consumer, message):
-        # One message handed over without a plan (the fast paths): a run as far as
-        # re-entrant calls can tell, so what they change waits for the follow-up run
-        # the caller starts when C{_again} says so.
+        # One message handed over without a plan (S2.8's publish, as the fast path
+        # does inline): a run as far as re-entrant calls can tell, so what they change
+        # waits for the follow-up run the caller starts when C{_again} says so.
         self._again = False
         self._running = True
         try:
@@ -571,38 +577,39 @@ class Queue(_Operated):
             self.backlog.select(lambda message, avoid: self._choose(message, avoid, credit)
                                 or (None if credit else STOP), plan, expired)
         else:
-            self.backlog.select(lambda message, avoid: self._next_ready(avoid, credit),
-                                plan, expired)
+            self.backlog.select(self._rotation(credit), plan, expired)
         # Counted (and dead-lettered, S2.4) once the backlog is consistent again.
         for message in expired:
             self._expire(message)
 
-    def _next_ready(self, avoid, credit):
-        # Without selectors: the first ready consumer with credit left in this round
-        # takes the message and goes to the back (S2.1); a parked message skips the
-        # consumer that refused it.
-        if not credit:
-            return STOP
+    def _rotation(self, credit):
+        # Without selectors, the chooser of a round: the first ready consumer with
+        # credit left in it takes the message and goes to the back (S2.1); a parked
+        # message skips the consumer that refused it. A closure: one call a message.
         ready = self._ready
-        if avoid is None:
-            consumer = ready[0]
-            position = 0
-        else:
-            for position, consumer in enumerate(ready):
-                if consumer is not avoid and consumer in credit:
-                    break
+        in_ready = self._in_ready
+
+        def choose(message, avoid):
+            if not credit:
+                return STOP
+            if avoid is None:
+                consumer = ready.popleft()
             else:
-                return None
-        left = credit[consumer]
-        if left > 1:
-            credit[consumer] = left - 1
-            del ready[position]
-            ready.append(consumer)
-        else:
-            del credit[consumer]
-            del ready[position]
-            self._in_ready.discard(consumer)
-        return consumer
+                for position, consumer in enumerate(ready):
+                    if consumer is not avoid:
+                        break
+                else:
+                    return None
+                del ready[position]
+            left = credit[consumer]
+            if left > 1:
+                credit[consumer] = left - 1
+                ready.append(consumer)
+            else:
+                del credit[consumer]
+                in_ready.discard(consumer)
+            return consumer
+        return choose
 
     def _choose(self, message, avoid, credit):
         # S2.8: the first ready consumer with credit (C{credit}: what is left of it in
