@@ -202,9 +202,10 @@ class Backlog:
         C{expired} instead (the queue counts it once selection is over). Selection
         stops, too, at a paged message (S2.6).
 
-        @param plan: a list to which C{(consumer, entry)} is appended for each entry
-            taken; a parked entry is its C{[delivery, avoid]} pair (L{put_back} takes
-            them as they are).
+        @param plan: a list to which C{(consumer, message, delivery_count, entry)} is
+            appended for each entry taken (what the hand-over needs, read once); a
+            parked entry is its C{[delivery, avoid]} pair (L{put_back} takes entries
+            as they are).
         @return: C{True} if it stopped at a paged message.
         """
         # One clock read per selection, and only for a message with an expiry.
@@ -243,7 +244,7 @@ class Backlog:
                     kept.append(entry)
                 else:
                     self.depth -= 1
-                    plan.append((consumer, entry))
+                    plan.append((consumer, message, entry.delivery_count, entry))
             if kept:
                 level.extendleft(reversed(kept))
             if outcome is not None:
@@ -272,7 +273,7 @@ class Backlog:
                 kept.append(pair)
             else:
                 self.depth -= 1
-                plan.append((consumer, pair))
+                plan.append((consumer, message, pair[0].delivery_count, pair))
         self._parked = kept
         return False
 

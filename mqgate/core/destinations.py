@@ -63,7 +63,7 @@ from collections import deque
 from twisted.logger import Logger
 
 from mqgate.core.addresses import topic_matches
-from mqgate.core.backlog import STOP, Backlog, message_of
+from mqgate.core.backlog import STOP, Backlog
 from mqgate.core.deliveries import Delivery
 from mqgate.core.dead import EXPIRED, LOW_PRIORITY, OLDEST
 from mqgate.core.limits import FLOW_CONTROL, REMOVE_OLDEST, UNLIMITED, SystemLimits
@@ -645,28 +645,20 @@ class Queue(_Operated):
         # round looks for a consumer for it.
         unhanded = None
         self._planned = len(plan)
-        for consumer, entry in plan:
+        for consumer, message, delivery_count, entry in plan:
             self._planned -= 1
             if consumer.credit <= 0 or self.deleted:
                 if unhanded is None:
                     unhanded = []
                 unhanded.append(entry)
                 continue
-            if type(entry) is list:
-                entry = entry[0]    # a parked delivery: [delivery, avoided consumer]
-            if type(entry) is Delivery:
-                self._hand(consumer, entry.message, entry.delivery_count)
-            else:
-                self._hand(consumer, entry, entry.delivery_count)
+            self._hand(consumer, message, delivery_count)
         if unhanded:
             if self.deleted:
                 # Taken out of the backlog before the deletion, so discard did not
-                # count them, nor their bytes.
-                size = sum(message_of(e if type(e) is not list else e[0]).size
-                           for e in unhanded)
+                # count them (their bytes it did: they were never handed over).
                 self._dropped_if_deleted(len(unhanded))
                 self._system.count -= len(unhanded)
-                self._add_bytes(-size)
                 return
             self.backlog.put_back(unhanded)
             self._again = True

@@ -35,8 +35,7 @@ def take_all(backlog, accepts=lambda m, avoid: True, credit=100):
 
     plan, expired = [], []
     blocked = backlog.select(choose, plan, expired)
-    taken = [(e[0] if type(e) is list else e) for _, e in plan]
-    taken = [(e.message if type(e) is Delivery else e).payload for e in taken]
+    taken = [message.payload for _, message, _, _ in plan]
     return taken, [m.payload for m in expired], blocked
 
 
@@ -138,7 +137,7 @@ def test_put_back_restores_arrival_order():
     assert backlog.depth == 0
     backlog.append(message(b"4", 4))
     # plan: the parked one first, then "0".."3"; all but "0" come back.
-    backlog.put_back([entry for _, entry in plan[:1] + plan[2:]])
+    backlog.put_back([entry for _, _, _, entry in plan[:1] + plan[2:]])
     assert backlog.depth == 5 and backlog.parked == 1
     assert take_all(backlog)[0] == [b"1", b"2", b"3", b"4"]   # "c" still avoided
 

@@ -202,3 +202,17 @@ def test_purge_drops_what_waits_and_nothing_in_flight():
     a.set_credit(5)
     send(broker, "queue://q", b"5")
     assert ta.payloads == [b"1", b"2", b"5"]
+
+
+def test_a_queue_deleted_inside_a_hand_over_drops_what_was_planned():
+    """Re-entrancy: a queue deleted by an operator while its loop hands over drops
+    what the round had planned but not handed yet; the broker's totals go back to
+    what the consumer still holds (S2.2)."""
+    broker, _ = make_broker()
+    send(broker, "queue://q", b"1", b"2", b"3")
+    consumer, target = consume(broker, "queue://q")
+    target.on_deliver = lambda t, d: broker.destroy_destination("queue", "q", "gone")
+    consumer.set_credit(5)
+    assert target.payloads == [b"1"]
+    stats = broker.stats
+    assert (stats["system_count"], stats["system_bytes"]) == (0, 0)
