@@ -215,36 +215,40 @@ class Backlog:
             if self._select_parked(choose, plan, expired, now):
                 return False
         levels = self._levels
+        add = plan.append
         for priority in range(self._hi, -1, -1):
             level = levels[priority]
+            take = level.popleft
             kept = None
             outcome = None
+            taken = 0
             while level:
-                entry = level[0]
+                entry = take()
                 message = entry.message if type(entry) is Delivery else entry
                 if message.paged:
+                    level.appendleft(entry)
                     outcome = True
                     break
                 if message.expiry is not None:
                     if now is None:
                         now = self._seconds()
                     if expired_at(message, now):
-                        level.popleft()
-                        self.depth -= 1
+                        taken += 1
                         expired.append(message)
                         continue
                 consumer = choose(message, None)
-                if consumer is STOP:
-                    outcome = False
-                    break
-                level.popleft()
                 if consumer is None:
                     if kept is None:
                         kept = []
                     kept.append(entry)
+                elif consumer is STOP:
+                    level.appendleft(entry)
+                    outcome = False
+                    break
                 else:
-                    self.depth -= 1
-                    plan.append((consumer, message, entry.delivery_count, entry))
+                    taken += 1
+                    add((consumer, message, entry.delivery_count, entry))
+            self.depth -= taken
             if kept:
                 level.extendleft(reversed(kept))
             if outcome is not None:
