@@ -18,8 +18,9 @@ expiry check: an expired message is taken out and handed back to the queue in a 
 never to a chooser), and whether its body is paged out (S2.6: nothing at or after a
 paged message is handed over, so the order holds while its body is read back).
 
-No outside code is called while the backlog changes: the queue counts and
-dead-letters the expired messages once L{Backlog.select} returned.
+No outside code runs while the backlog changes: the chooser only reads consumers'
+credit and selectors, and the queue counts and dead-letters the expired messages once
+L{Backlog.select} returned.
 """
 
 import heapq
