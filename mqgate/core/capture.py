@@ -32,8 +32,10 @@ import re
 
 import attr
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from mqgate.core.addresses import QUEUE, TOPIC, NotAllowed, NotFound, canonical, resolve
+from mqgate.core.deliveries import IConsumerTarget
 from mqgate.core.selectors import compile_selector
 from mqgate.core.settings import AddressSetting, SecuritySetting
 from mqgate.core.taps import CapturedCopy
@@ -126,12 +128,17 @@ class _RateGate:
         return False
 
 
+@implementer(IConsumerTarget)
 class CaptureSubscription:
-    """One installed capture: what it made, its bounds and its figures.
+    """One installed capture: what it made, its bounds and its figures; the target
+    of the in-broker consumer that drains its ring queue.
 
     @ivar copied: copies the divert made (within the rate).
     @ivar ingested: copies handed to the sink.
     """
+
+    #: Nobody to tell when an operator destroys the ring queue: the consumer closes.
+    revoked = None
 
     def __init__(self, name, address, node, bounds, selector, sink, created_by):
         self.name = name

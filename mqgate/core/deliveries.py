@@ -8,7 +8,17 @@ message is gone as soon as it is handed over, and a later disposition for it is 
 keeps every delivery in C{_unsettled}, in the order they were handed out, so that
 closing the consumer can put them back at the head of the queue in that same order,
 marked redelivered.
+
+Who owns a consumer's credit: the core's credit (L{Consumer.credit}, how many more
+deliveries the queue may hand it now) is the consumer's, and only the core changes it:
+L{Consumer.set_credit} from what its driver offers, within consumerFlowLimit
+(L{Consumer._grant}), one less per hand-over, none after a drain or a close. What the
+glue offers is its own business, computed in one place for AMQP and STOMP alike
+(L{mqgate.glue.egress.Egress.core_credit}). The target (L{IConsumerTarget}) only takes
+deliveries: the core never asks it about credit.
 """
+
+from zope.interface import Attribute, Interface
 
 from mqgate.core.dead import REJECTED as DEAD_REJECTED
 from mqgate.core.dead import UNDELIVERABLE
@@ -20,6 +30,27 @@ RELEASED = "released"
 MODIFIED = "modified"
 
 OUTCOMES = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
+
+
+class IConsumerTarget(Interface):
+    """What a L{Consumer} hands its deliveries to: an AMQP link or a STOMP
+    subscription in the glue (L{mqgate.glue.egress.IEgressTarget}), a capture
+    subscription in the core.
+    """
+
+    revoked = Attribute(
+        "None, or revoked(condition, description): called when an operator destroys "
+        "the destination (S11.1), before the core closes the consumer.")
+
+    def deliver(delivery):
+        """Take a L{Delivery} the core hands over; the consumer's credit is one less
+        already.
+
+        It may call back into the core (settle, set credit, close the consumer): the
+        core expects that. Should it raise, the core logs it, takes the delivery
+        back for another consumer and gives this one no credit until its driver
+        sets some again.
+        """
 
 
 class Delivery:
@@ -63,8 +94,9 @@ class Consumer:
     @ivar address: the canonical address actually attached (C{'queue://x'},
         C{'topic://x'} or the temporary one made for a dynamic attach).
     @ivar presettled: at-most-once (S8.1): a delivery counts as settled when handed over.
-    @ivar credit: how many more deliveries the consumer may receive now.
-    @ivar target: the object whose C{deliver(delivery)} receives deliveries.
+    @ivar credit: how many more deliveries the consumer may receive now (see the
+        module's note on who owns it).
+    @ivar target: the L{IConsumerTarget} that receives its deliveries.
     @ivar queue: the L{mqgate.core.destinations.Queue} it consumes from.
     @ivar selector: the compiled L{mqgate.core.selectors.Selector} (S2.8), or C{None}.
     @ivar closed: C{True} once L{close} ran.
@@ -87,7 +119,7 @@ class Consumer:
         # True while this consumer sits in its queue's ready deque (or is being served).
         self._in_ready = False
         self._on_close = on_close
-        # Credit the glue gave that consumerFlowLimit keeps back for now (S2.3).
+        # Credit offered that consumerFlowLimit keeps back for now (S2.3, _grant).
         self._withheld = 0
 
     def __repr__(self):
@@ -117,17 +149,24 @@ class Consumer:
         if self.closed:
             return
         had_credit = self.credit > 0
-        credit = credit if credit > 0 else 0
-        limit = self.queue.limits.consumer_flow_limit
-        if limit > 0:
-            # S2.3 consumerFlowLimit: no more than that unsettled (or granted) at once;
-            # what it keeps back is given as settlements make room (_flow_room).
-            allowed = max(0, limit - len(self._unsettled))
-            self._withheld = credit - allowed if credit > allowed else 0
-            credit = min(credit, allowed)
-        self.credit = credit
+        self._grant(credit if credit > 0 else 0)
         if self.credit:
             self.queue.offer(self, had_credit)
+
+    def _grant(self, offered):
+        # The one place the core's credit is derived from what its driver offered
+        # (set_credit, and _flow_room for what was kept back): S2.3 consumerFlowLimit
+        # allows no more than that many unsettled and granted at once; the rest is
+        # withheld until settlements make room.
+        limit = self.queue.limits.consumer_flow_limit
+        if limit > 0:
+            allowed = max(0, limit - len(self._unsettled))
+            if offered > allowed:
+                self._withheld = offered - allowed
+                self.credit = allowed
+                return
+        self._withheld = 0
+        self.credit = offered
 
     def drain(self):
         """Deliver what is available, then give up the remaining credit.
@@ -194,16 +233,12 @@ class Consumer:
 
     def _flow_room(self):
         # A settlement made room under consumerFlowLimit: give what was kept back.
-        withheld = self._withheld
-        if not withheld or self.closed:
+        if not self._withheld or self.closed:
             return
-        room = self.queue.limits.consumer_flow_limit - len(self._unsettled) - self.credit
-        if room > 0:
-            extra = min(room, withheld)
-            self._withheld = withheld - extra
-            had_credit = self.credit > 0
-            self.credit += extra
-            self.queue.offer(self, had_credit)
+        before = self.credit
+        self._grant(before + self._withheld)
+        if self.credit > before:
+            self.queue.offer(self, before > 0)
 
     def close(self, *, remove=False):
         """Detach: requeue what is in flight and release what this consumer owned.

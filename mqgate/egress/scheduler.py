@@ -511,6 +511,22 @@ class EgressScheduler:
         """Messages waiting in all five queues (blocked keys' included)."""
         return self._waiting
 
+    def waiting_for(self, key):
+        """Messages of C{key} waiting in the five queues (blocked or not).
+
+        Counted where they wait, on demand: a count kept beside the queues would be
+        a second owner of the same number, and this is asked far less often than
+        messages come and go (when a key's credit is worked out).
+        """
+        if not self._waiting:
+            return 0
+        count = 0
+        for queue in self._in_order:
+            entries = queue._by_key.get(key)
+            if entries is not None:
+                count += len(entries)
+        return count
+
     @property
     def control_waiting(self):
         """Control items waiting on C-1: newer control output must queue behind them."""

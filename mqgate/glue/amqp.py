@@ -14,7 +14,8 @@ What the glue decides:
   FLOW_CONTROL limit a producer's top-ups are only half its share of the room left
   (L{mqgate.core.broker.Producer.room}), so that its credit cannot carry the
   destination past its limit (credit is only ever raised: a peer may have sent all it
-  had); a consumer's AMQP credit is its core credit;
+  had); a consumer's core credit is its link's credit less what waits for it in the
+  egress (L{mqgate.glue.egress.Egress.core_credit});
   A connection's producers together have at most its L{StoreBacklog} waiting for the
   store: past it, their top-ups wait for the store too;
   memory states (S2.6, L{mqgate.core.memory}): a grant is at most the state's batch,
@@ -34,6 +35,8 @@ No I/O here: the adapter feeds events in and writes what the engine has to say.
 """
 
 import functools
+
+from zope.interface import implementer
 
 from mqgate import __version__
 from mqgate.amqp import conditions as c
@@ -58,7 +61,7 @@ from mqgate.core.browse import open_browser
 from mqgate.core.memory import RED_LEVEL
 from mqgate.glue.amqp_transactions import AmqpTransactions, Controller
 from mqgate.glue.client_ids import MQLIGHT
-from mqgate.glue.egress import PRESETTLED_REFUSED, files_as_routed
+from mqgate.glue.egress import PRESETTLED_REFUSED, IEgressTarget, files_as_routed
 from mqgate.glue.mqlight_delivery import for_client, is_mqlight_link, pattern_of, service_url
 from mqgate.glue.session import ADMIN_ADDRESS, BrokerSession, is_admin_address
 from mqgate.errors import ProtocolError
@@ -110,20 +113,21 @@ class GlueConfig:
         self.max_presettled_refusals = max_presettled_refusals
 
 
+@implementer(IEgressTarget)
 class _ConsumerTarget:
     """One of our sending links as the core's target and the egress's key (S9.1).
 
     The core's deliveries are filed in the connection's egress queues; the egress
-    writes them to the link as its credit and the transport allow.
+    writes them to the link as its credit and the transport allow. Its protocol credit
+    is the link's, kept by the engine.
     """
 
-    __slots__ = ("link", "consumer", "egress", "queued", "unbounded", "revoked", "readdress")
+    __slots__ = ("link", "consumer", "egress", "unbounded", "revoked", "readdress")
 
     def __init__(self, link, egress):
         self.link = link
         self.consumer = None
         self.egress = egress
-        self.queued = 0
         self.unbounded = False
         self.revoked = None   # the core's call when an operator destroys the queue
         # On an MQ Light subscription: message -> the payload that client can take

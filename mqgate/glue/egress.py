@@ -20,15 +20,22 @@ more: it serves the queues in strict priority (C-1 first: control frames the eng
 produced while the transport was paused) and writes what the engine then has to say.
 A protocol's link credit is respected by blocking a target's items while it has none.
 
-A target (L{mqgate.glue.amqp} and L{mqgate.glue.stomp} each have one) provides:
-C{consumer} (the core consumer), C{queued} (its items waiting here, kept by this
-module), C{unbounded} (a non-durable topic subscription settled on hand-over),
-C{protocol_credit()} (what its protocol lets it receive now) and C{write(delivery,
-discarded)} (put the delivery into the engine, with a discard indication when
-C{discarded}; return the bytes written).
+A target (L{mqgate.glue.amqp} and L{mqgate.glue.stomp} each have one) provides
+L{IEgressTarget}. Who owns what of its credit, each in one place:
+
+- its protocol credit (what its client lets it receive now): the protocol's, read
+  through C{protocol_credit()} (the AMQP link's credit; STOMP's prefetch less what
+  waits for an ACK);
+- its items waiting here: the scheduler's, counted where they wait
+  (L{EgressScheduler.waiting_for}), never kept on the side;
+- whether its core credit is withheld (G-1 full): this module's;
+- its core credit: the core consumer's; this module computes what to offer it in
+  L{Egress.core_credit} alone and gives it through L{Egress.refresh} alone.
 """
 
-from mqgate.core.deliveries import RELEASED
+from zope.interface import Attribute
+
+from mqgate.core.deliveries import RELEASED, IConsumerTarget
 from mqgate.egress.clients import ClientRegistry
 from mqgate.egress.profiles import ProfileTable
 from mqgate.egress.scheduler import C1, EgressScheduler, cos_for
@@ -36,9 +43,8 @@ from mqgate.egress.slowness import SlowSubscriberMeter
 from mqgate.glue.ingress import IngressBudget
 from mqgate.glue.client_ids import ContainerIds
 
-__all__ = ["Egress", "EgressContext", "MESSAGE_TOO_BIG", "PRESETTLED_REFUSED",
-           "SLOW_DISCONNECT", "UNBOUNDED",
-           "files_as_routed"]
+__all__ = ["Egress", "EgressContext", "IEgressTarget", "MESSAGE_TOO_BIG",
+           "PRESETTLED_REFUSED", "SLOW_DISCONNECT", "UNBOUNDED", "files_as_routed"]
 
 #: Core credit of a target whose direct messages may all be filed here (the D queues
 #: bound them instead).
@@ -49,6 +55,24 @@ UNBOUNDED = 1 << 30
 _BATCH = 64 * 1024
 
 _COS_ANNOTATION = "x-opt-cos"
+
+
+class IEgressTarget(IConsumerTarget):
+    """A consumer's target whose deliveries go out through a connection's L{Egress}:
+    its C{deliver} files them there (L{Egress.file})."""
+
+    consumer = Attribute("The core consumer (L{mqgate.core.deliveries.Consumer}) "
+                         "delivering to it; None until it is opened.")
+    unbounded = Attribute(
+        "True for a non-durable topic subscription settled on hand-over "
+        "(L{files_as_routed}): its direct messages are all filed here as routed.")
+
+    def protocol_credit():
+        """How many more deliveries its protocol lets it receive now."""
+
+    def write(delivery, discarded):
+        """Put C{delivery} into the engine (with a discard indication when
+        C{discarded}); return the bytes written."""
 
 
 class Egress:
@@ -94,35 +118,46 @@ class Egress:
             target.write(delivery, scheduler.pass_through(not direct, cos, target))
             self.request_flush()
             return
-        target.queued += 1
         if direct:
-            for dropped_target, _ in scheduler.offer_direct(
-                    (target, delivery), message.size, cos, key=target):
-                dropped_target.queued -= 1
+            # What a full D queue drops is gone: settled on hand-over, nothing to undo.
+            scheduler.offer_direct((target, delivery), message.size, cos, key=target)
         elif not scheduler.push_guaranteed((target, delivery), message.size, key=target):
             # The core reads the consumer's credit again after this call: zero stops
             # it handing us more until G-1 drains.
             self._withheld.add(target)
-            target.consumer.set_credit(0)
+            self.refresh(target)
         if self._paused and not self._queued_seen:
             # Data waits for a paused transport: from now on that counts (S9.4).
             self._tell_meter(True)
         self.request_flush()
 
     def core_credit(self, target):
-        """The core credit C{target} should have now (call after its protocol credit
-        changed, or after items of it were written)."""
+        """How many more deliveries the core may hand C{target}'s consumer now (call
+        after its protocol credit changed, or after items of it were written).
+
+        The one place this is computed, for AMQP and STOMP alike, so that the three
+        counts it weighs each keep one owner and nothing caches the result: the
+        protocol's credit is what the client will take, what already waits here will
+        use that credit when it is written, so the core may hand over the rest; none
+        while G-1 is full (S9.2); all it wants for a target whose D queues bound its
+        messages instead (S9.1). The core then applies its own consumerFlowLimit
+        (L{mqgate.core.deliveries.Consumer.set_credit}).
+        """
         if target in self._withheld:
             return 0
         if target.unbounded:
             return UNBOUNDED
-        return max(0, target.protocol_credit() - target.queued)
+        return max(0, target.protocol_credit() - self.scheduler.waiting_for(target))
 
     def refresh(self, target):
         """Give C{target}'s consumer the core credit it should have (L{core_credit})."""
         consumer = target.consumer
         if consumer is not None and not consumer.closed:
             consumer.set_credit(self.core_credit(target))
+
+    def queued(self, target):
+        """How many of C{target}'s items wait here (served or held)."""
+        return self.scheduler.waiting_for(target)
 
     def block(self, target, blocked):
         """Hold (or serve again) C{target}'s items: its protocol credit is (not) zero."""
@@ -134,17 +169,19 @@ class Egress:
     def withdraw(self, target):
         """C{target} goes: take its waiting items back. Guaranteed deliveries are given
         back to the core as never delivered (their delivery count unchanged)."""
-        self._withheld.discard(target)
-        consumer = target.consumer
         taken = self.scheduler.withdraw(target)
-        target.queued -= len(taken)
+        consumer = target.consumer
         if consumer is None or consumer.presettled or not taken:
+            self._withheld.discard(target)
             return
-        # No credit, or the released deliveries would come straight back here; newest
-        # first, so that the oldest ends at the head of its queue.
-        consumer.set_credit(0)
+        # Withheld while they go back (its consumer closes next), or the released
+        # deliveries would come straight back here; newest first, so that the oldest
+        # ends at the head of its queue.
+        self._withheld.add(target)
+        self.refresh(target)
         for _queue, (_, delivery) in reversed(taken):
             consumer.settle(delivery, RELEASED)
+        self._withheld.discard(target)
 
     # -- draining (from the adapter) -------------------------------------------------
 
@@ -196,7 +233,6 @@ class Egress:
                     write(item)
                     break
                 target, delivery = item
-                target.queued -= 1
                 produced += target.write(delivery, discarded)
                 if self._room_again:
                     self._give_back_credit()

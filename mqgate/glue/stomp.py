@@ -6,8 +6,9 @@ What STOMP means in broker terms:
 
 - SUBSCRIBE is a consumer: ``ack:auto`` is at-most-once (the delivery is settled when it
   is handed over), ``client`` and ``client-individual`` are at-least-once; the consumer's
-  credit is its flow limit (``prefetch-count`` / ``activemq.prefetchSize``), given back
-  as messages are acknowledged;
+  credit is its flow limit (``prefetch-count`` / ``activemq.prefetchSize``) less what
+  waits for an ACK or in the egress (L{mqgate.glue.egress.Egress.core_credit}), given
+  back as messages are acknowledged;
 - ACK settles (``client``: every unacknowledged message of that subscription up to and
   including the one named), NACK gives the message back for redelivery;
 - ``browser:true`` on SUBSCRIBE browses a queue (L{mqgate.core.browse}): copies of
@@ -37,6 +38,8 @@ import collections
 import functools
 import itertools
 
+from zope.interface import implementer
+
 from mqgate.core.broker import (
     ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog, Unauthorized)
 from mqgate.core.browse import Browser, open_browser
@@ -47,7 +50,7 @@ from mqgate.core.transactions import (
     TransactionLimitExceeded, TransactionRolledBack, Transactions, TransactionTimedOut,
     UnknownTransaction)
 from mqgate.errors import ProtocolError
-from mqgate.glue.egress import files_as_routed
+from mqgate.glue.egress import IEgressTarget, files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
 from mqgate.glue.stomp_mapping import (
     REDELIVERED, UNMAPPED_HEADER, RenderLimits, SectionCache, message_to_headers, send_to_message,
@@ -127,12 +130,14 @@ class _Transaction:
         self.size = 0
 
 
+@implementer(IEgressTarget)
 class _Subscription:
     """One SUBSCRIBE: the core consumer, the deliveries not yet acknowledged, and the
-    connection's egress key (S9.1)."""
+    connection's egress key (S9.1). Its protocol credit is its own: the prefetch less
+    the deliveries not yet acknowledged."""
 
     __slots__ = ("id", "destination", "ack", "prefetch", "consumer", "unacked", "session",
-                 "queued", "unbounded", "template", "browse_ended")
+                 "unbounded", "template", "browse_ended")
 
     def __init__(self, session, sub_id, destination, ack, prefetch):
         self.session = session
@@ -142,7 +147,6 @@ class _Subscription:
         self.prefetch = prefetch
         self.consumer = None
         self.unacked = collections.OrderedDict()   # ack id -> core delivery
-        self.queued = 0          # deliveries waiting in the egress queues
         self.unbounded = False   # ack:auto on a non-durable topic subscription
         # The fixed part of every MESSAGE frame of this subscription, encoded once.
         self.template = session.engine.message_template(sub_id, destination)
@@ -192,7 +196,7 @@ class _Subscription:
         """A browser (C{browser:true}) that has handed out its last message, all of
         it written: the MESSAGE with C{browser:end} that ActiveMQ sends, once."""
         consumer = self.consumer
-        if self.browse_ended or not consumer.finished or self.queued:
+        if self.browse_ended or not consumer.finished or self.session.egress.queued(self):
             return
         session = self.session
         if session.subscriptions.get(self.id) is not self:

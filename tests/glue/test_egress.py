@@ -7,13 +7,14 @@ credit their protocol gives and record what they write.
 
 import pytest
 from twisted.internet.task import Clock
+from zope.interface import implementer
 
 from mqgate.amqp.message import Header, build_message
 from mqgate.core.broker import Broker, BrokerMessage
 from mqgate.egress.profiles import ClientProfile
 from mqgate.egress.scheduler import C1, D1, D3, G1, QueueLimits
 from mqgate.egress.slowness import SlowSubscriberMeter
-from mqgate.glue.egress import UNBOUNDED, Egress
+from mqgate.glue.egress import UNBOUNDED, Egress, IEgressTarget
 
 
 class FakeEngine:
@@ -27,8 +28,11 @@ class FakeEngine:
         return out
 
 
+@implementer(IEgressTarget)
 class Target:
     """A consumer's target with C{credit} protocol credit (None: any amount)."""
+
+    revoked = None
 
     def __init__(self, egress, engine, name, credit=None):
         self.egress = egress
@@ -36,7 +40,6 @@ class Target:
         self.name = name
         self.credit = credit
         self.consumer = None
-        self.queued = 0
         self.unbounded = False
         self.written = []   # (seq, discarded)
 
@@ -140,7 +143,7 @@ def test_a_full_d_queue_drops_the_oldest_and_flags_the_next(world):
     egress.resumed()
     egress.drain(transport.write, transport.is_paused)
     assert target.written == [(3, True), (4, False), (5, False)]
-    assert target.queued == 0
+    assert egress.queued(target) == 0
 
 
 def test_a_full_g1_withholds_credit_instead_of_discarding(world):
@@ -176,7 +179,7 @@ def test_a_target_without_credit_waits(world):
     egress.drain(transport.write, transport.is_paused)
     assert [seq for seq, _ in fast.written] == [1, 2, 3]
     assert [seq for seq, _ in slow.written] == [1]
-    assert slow.queued == 2
+    assert egress.queued(slow) == 2
     slow.credit = 5
     egress.block(slow, False)
     egress.drain(transport.write, transport.is_paused)
@@ -188,8 +191,12 @@ def test_core_credit_follows_protocol_credit_less_what_waits(world):
     already waits here; a plain topic subscription settled on hand-over gets all."""
     broker, engine, egress, _ = world
     bounded = attach(broker, egress, engine, "queue://q", "b", credit=5)
-    bounded.queued = 2
-    assert egress.core_credit(bounded) == 3
+    egress.paused()
+    producer = broker.open_producer("queue://q")
+    for _ in range(2):
+        producer.send(message())
+    assert egress.queued(bounded) == 2
+    assert egress.core_credit(bounded) == 3 and bounded.consumer.credit == 3
     unbounded = attach(broker, egress, engine, "topic://t", "u", credit=0, unbounded=True)
     assert egress.core_credit(unbounded) == UNBOUNDED
 
@@ -205,7 +212,7 @@ def test_withdraw_gives_guaranteed_deliveries_back_in_order(world):
         producer.send(message(durable=True))
     egress.withdraw(target)
     target.consumer.close()
-    assert target.queued == 0 and egress.scheduler.queued_messages == 0
+    assert egress.queued(target) == 0 and egress.scheduler.queued_messages == 0
     other = Target(egress, engine, "o")
     other.consumer = broker.open_consumer("queue://q", other)
     egress.resumed()
