@@ -37,6 +37,10 @@ TRANSFER_LIMIT_EXCEEDED = Symbol("amqp:link:transfer-limit-exceeded")
 MESSAGE_SIZE_EXCEEDED = Symbol("amqp:link:message-size-exceeded")
 LINK_REDIRECT = Symbol("amqp:link:redirect")
 STOLEN = Symbol("amqp:link:stolen")
+# Part 4 section 4.5.7: transaction-error
+TRANSACTION_UNKNOWN_ID = Symbol("amqp:transaction:unknown-id")
+TRANSACTION_ROLLBACK = Symbol("amqp:transaction:rollback")
+TRANSACTION_TIMEOUT = Symbol("amqp:transaction:timeout")
 
 
 class AmqpRemoteError(RemoteProtocolError):

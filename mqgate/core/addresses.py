@@ -10,7 +10,7 @@ Topic names are dotted; a subscription pattern may use C{*} for exactly one leve
 C{#} for zero or more levels.
 """
 
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
 
 QUEUE = "queue"
 TOPIC = "topic"
@@ -30,31 +30,31 @@ _CAPABILITY_KINDS = {
 }
 
 
-class AddressError(ProtocolError):
+class AddressError(CoreError):
     """An address cannot be resolved to a destination (empty or malformed name)."""
 
-    condition = "amqp:invalid-field"
+    kind = ErrorKind.INVALID
 
 
-class NameLimitExceeded(ProtocolError):
+class NameLimitExceeded(CoreError):
     """A destination name or topic pattern is longer, or deeper, than the broker takes
     (C{mqgate.destination.max_name_length}, C{mqgate.topic.max_levels})."""
 
-    condition = "amqp:resource-limit-exceeded"
+    kind = ErrorKind.LIMIT_EXCEEDED
 
 
-class NotFound(ProtocolError):
+class NotFound(CoreError):
     """The named destination or subscription does not exist and may not be created
     (S2.5: the attach fails with a not-found error)."""
 
-    condition = "amqp:not-found"
+    kind = ErrorKind.NOT_FOUND
 
 
-class NotAllowed(ProtocolError):
+class NotAllowed(CoreError):
     """The request names something that exists but cannot be used this way (e.g. a
     durable subscription already in use)."""
 
-    condition = "amqp:not-allowed"
+    kind = ErrorKind.NOT_ALLOWED
 
 
 def canonical(kind, name):

@@ -37,7 +37,8 @@ from mqgate.core.ring import ring_limits
 from mqgate.core.settings import RuntimeSettings
 from mqgate.core.selectors import Selector, SelectorError, compile_selector
 from mqgate.core.transactions import TransactionLimits
-from mqgate.errors import ConfigError, LocalProtocolError, ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
+from mqgate.errors import ConfigError
 
 __all__ = [
     "ACCEPTED", "REJECTED", "RELEASED", "MODIFIED", "AddressError", "Broker",
@@ -67,9 +68,9 @@ _TOTALS = ("published", "delivered", "acknowledged", "dropped", "expired", "byte
 # The stored attribute of a topic's default persistence (S8.4), as update dst names it.
 _DEFAULT_PERSISTENCE = "defaultPersistence"
 
-#: The condition a consumer's or producer's link is detached with when an operator
-#: destroys its destination (AMQP 1.0 Part 2 section 2.8.15).
-RESOURCE_DELETED = "amqp:resource-deleted"
+#: The kind of error a consumer's or producer's link is revoked with when an operator
+#: destroys its destination (the AMQP glue detaches it with amqp:resource-deleted).
+RESOURCE_DELETED = ErrorKind.DELETED
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,11 @@ class CoreConfig:
                       use_dmq=self.use_dmq, max_delivery_count=self.max_delivery_count)
 
 
-class Unauthorized(ProtocolError):
+class Unauthorized(CoreError):
     """The requester may not use what it names: another connection's temporary
     destination, another user's durable subscription."""
 
-    condition = "amqp:unauthorized-access"
+    kind = ErrorKind.UNAUTHORIZED
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ class Producer:
         self._held = None
         self._releasing = False
         self._backlog = backlog
-        # on_revoked(condition, description): the glue's way to detach its link when
+        # on_revoked(kind, description): the glue's way to detach its link when
         # an operator destroys the destination (S11.1); None: just closed.
         self.on_revoked = None
         if destination is not None and destination.holding is not None:
@@ -322,7 +323,7 @@ class Producer:
         Raises what L{send} raises for a message it refuses; takes no seq and counts
         nothing."""
         if self.closed:
-            raise LocalProtocolError("send on a closed producer", "amqp:illegal-state")
+            raise CoreError("send on a closed producer", ErrorKind.ILLEGAL_STATE)
         self._system.admit(message.size)
         destination = self._dest
         if destination is None:

@@ -36,6 +36,7 @@ from zope.interface import implementer
 
 from mqgate.core.addresses import QUEUE, TOPIC, NotAllowed, NotFound, canonical, resolve
 from mqgate.core.deliveries import IConsumerTarget
+from mqgate.core.errors import ErrorKind
 from mqgate.core.selectors import compile_selector
 from mqgate.core.settings import AddressSetting, SecuritySetting
 from mqgate.core.taps import CapturedCopy
@@ -61,7 +62,7 @@ class CaptureRefused(NotAllowed):
 class CaptureForbidden(CaptureRefused):
     """The requester lacks C{capture:write}."""
 
-    condition = "amqp:unauthorized-access"
+    kind = ErrorKind.UNAUTHORIZED
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

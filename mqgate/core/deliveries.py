@@ -22,7 +22,7 @@ from zope.interface import Attribute, Interface
 
 from mqgate.core.dead import REJECTED as DEAD_REJECTED
 from mqgate.core.dead import UNDELIVERABLE
-from mqgate.errors import LocalProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
 
 ACCEPTED = "accepted"
 REJECTED = "rejected"
@@ -198,8 +198,8 @@ class Consumer:
         if outcome not in OUTCOMES:
             if delivery not in self._unsettled:
                 return
-            raise LocalProtocolError(f"unknown delivery outcome {outcome!r}",
-                                     "amqp:not-implemented")
+            raise CoreError(f"unknown delivery outcome {outcome!r}",
+                            ErrorKind.NOT_IMPLEMENTED)
         if not self._unsettled.pop(delivery, False):
             return
         queue = self.queue

@@ -23,7 +23,7 @@ import functools
 from twisted.logger import Logger
 
 from mqgate.core.addresses import NotAllowed, NotFound, resolve
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError
 from mqgate.core.message import BrokerMessage
 from mqgate.core.selectors import message_field
 
@@ -263,7 +263,7 @@ class DivertRouter:
             divert.taken += 1
             try:
                 stored = divert.producer.send(copy)
-            except ProtocolError as error:
+            except CoreError as error:
                 self._failed(divert, error)
             else:
                 if stored is not None:

@@ -10,7 +10,7 @@ import sys
 
 from twisted.logger import Logger
 
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
 
 __all__ = ["FLOW_CONTROL", "REJECT_NEWEST", "REMOVE_OLDEST", "REMOVE_LOW_PRIORITY",
            "LIMIT_BEHAVIORS", "REMOVING", "Limits", "UNLIMITED",
@@ -34,12 +34,12 @@ _LOW_WATER_PERCENT = 90
 _UNLIMITED = sys.maxsize
 
 
-class ResourceLimitExceeded(ProtocolError):
+class ResourceLimitExceeded(CoreError):
     """A limit refused something: a REJECT_NEWEST destination is full (S2.3), the broker
     holds as much as it may (S2.2), or it may create no more destinations; nothing was
     enqueued or created."""
 
-    condition = "amqp:resource-limit-exceeded"
+    kind = ErrorKind.LIMIT_EXCEEDED
 
 
 class Limits:

@@ -7,7 +7,7 @@ is kept, but it receives nothing until an active consumer goes, when the backup 
 waited longest becomes active and gets what the queue holds, the departed one's
 unsettled messages first (they go back to the head of the queue, design rule 3). At
 most C{maxNumBackupConsumers} may wait (-1: any number); one more is refused with
-C{amqp:resource-limit-exceeded} naming the queue and both limits. With one active
+a LIMIT_EXCEEDED error naming the queue and both limits. With one active
 consumer and some backups, a queue has an exclusive consumer with hot standbys: the
 JMS failover pattern.
 

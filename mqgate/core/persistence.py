@@ -44,7 +44,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqgate.core.addresses import QUEUE, TOPIC, canonical
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
 
 __all__ = ["Persistence", "QueueStore", "StorageFailed", "RecoverySummary",
            "durable_key", "stored_on"]
@@ -88,15 +88,15 @@ def _parse_durable_key(key):
     return rest[:int(length)], rest[int(length) + 1:]
 
 
-class StorageFailed(ProtocolError):
+class StorageFailed(CoreError):
     """The store did not take a persistent message: its producer's delivery is
-    refused with this condition (S3.6: never acknowledged unless stored).
+    refused with this error (S3.6: never acknowledged unless stored).
 
-    C{amqp:resource-limit-exceeded} when the store ran out of room (a full disk),
-    C{amqp:internal-error} otherwise.
+    Of kind LIMIT_EXCEEDED when the store ran out of room (a full disk), INTERNAL
+    otherwise.
     """
 
-    condition = "amqp:internal-error"
+    kind = ErrorKind.INTERNAL
 
 
 def _store_cannot_write(error):
@@ -314,7 +314,7 @@ class Persistence:
             return Failure(StorageFailed(
                 f"the message store cannot write: {error.reason}; persistent messages "
                 "are refused until it recovers",
-                "amqp:resource-limit-exceeded" if error.exhausted else None))
+                ErrorKind.LIMIT_EXCEEDED if error.exhausted else None))
         raise StorageFailed(
             f"the broker could not store persistent message {message_id} "
             f"({failure.getErrorMessage()}); it was not acknowledged")
@@ -364,7 +364,7 @@ class Persistence:
                     queue = broker.restore_durable(stored.container_id, stored.name,
                                                    stored.topic, stored.selector,
                                                    stored.owner)
-                except ProtocolError as e:
+                except CoreError as e:
                     summary.warnings.append(
                         f"durable subscription {stored.name!r} of {stored.container_id!r}"
                         f" not restored: {e.description}")

@@ -29,7 +29,8 @@ import functools
 import operator
 import re
 
-from mqgate.errors import MqgateError, ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
+from mqgate.errors import MqgateError
 
 __all__ = ["HEADER_FIELDS", "MAX_DEPTH", "MAX_SELECTOR_LENGTH", "Selector",
            "SelectorError", "SelectorTooDeep", "SelectorTooLong", "compile_selector",
@@ -58,14 +59,14 @@ _DIGITS = "0123456789"
 _STRING = re.compile(r"'((?:[^']|'')*)'")
 
 
-class SelectorError(ProtocolError):
+class SelectorError(CoreError):
     """A selector cannot be compiled (S2.8); the attach or SUBSCRIBE is refused.
 
     @ivar position: the offset in the selector text (from 0) where the problem is.
     @ivar problem: what is wrong there, e.g. C{"expected ')', found end of selector"}.
     """
 
-    condition = "amqp:invalid-field"
+    kind = ErrorKind.INVALID
 
     def __init__(self, position, problem):
         self.position = position

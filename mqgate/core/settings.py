@@ -14,7 +14,8 @@ across restarts, and used here:
   mqgate's queue limit behaviours (L{mqgate.core.limits}, S2.3):
 
     - C{FAIL} (Artemis: refuse the send, the client gets an error): REJECT_NEWEST;
-      the sender gets C{amqp:resource-limit-exceeded} (STOMP: an ERROR frame).
+      the sender gets a LIMIT_EXCEEDED error (AMQP:
+      amqp:resource-limit-exceeded; STOMP: an ERROR frame).
     - C{BLOCK} (the producers wait): FLOW_CONTROL; no more credit (AMQP) or socket
       reads (STOMP) for the producers until the queue drains to 90 %.
     - C{DROP} (new messages are silently dropped): REJECT_NEWEST that drops instead of

@@ -26,8 +26,8 @@ The rules:
    next use fails with L{TransactionTimedOut}. A connection that goes rolls back what
    it had open (L{Transactions.close}).
 
-Errors are the core's (conditions from AMQP Part 4 section 4.5.7 and Part 2, as the rest of
-the core uses); the STOMP glue puts their description in an ERROR frame.
+Errors are the core's (L{mqgate.core.errors}: the TX_ kinds, which the AMQP glue maps
+to the conditions of AMQP Part 4 section 4.5.7, and the STOMP glue to an ERROR frame).
 """
 
 import collections
@@ -38,7 +38,7 @@ from twisted.logger import Logger
 
 from mqgate.core.deliveries import ACCEPTED, MODIFIED, REJECTED
 from mqgate.core.destinations import Queue, drops_new
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
 
 __all__ = ["Transaction", "TransactionLimits", "Transactions", "TransactionRolledBack",
            "TransactionTimedOut", "TransactionLimitExceeded", "UnknownTransaction"]
@@ -48,29 +48,29 @@ __all__ = ["Transaction", "TransactionLimits", "Transactions", "TransactionRolle
 _REMEMBERED_TIMEOUTS = 64
 
 
-class UnknownTransaction(ProtocolError):
+class UnknownTransaction(CoreError):
     """No open transaction has that id on this connection."""
 
-    condition = "amqp:transaction:unknown-id"
+    kind = ErrorKind.TX_UNKNOWN
 
 
-class TransactionRolledBack(ProtocolError):
+class TransactionRolledBack(CoreError):
     """The transaction was rolled back instead of committed (the store refused it)."""
 
-    condition = "amqp:transaction:rollback"
+    kind = ErrorKind.TX_ROLLBACK
 
 
-class TransactionTimedOut(ProtocolError):
+class TransactionTimedOut(CoreError):
     """The transaction was idle longer than C{mqgate.transaction.timeout} and was
     rolled back."""
 
-    condition = "amqp:transaction:timeout"
+    kind = ErrorKind.TX_TIMEOUT
 
 
-class TransactionLimitExceeded(ProtocolError):
+class TransactionLimitExceeded(CoreError):
     """A transaction would hold more than its limits allow."""
 
-    condition = "amqp:resource-limit-exceeded"
+    kind = ErrorKind.TX_LIMIT_EXCEEDED
 
 
 class TransactionLimits:
@@ -197,7 +197,7 @@ class Transaction:
         """
         try:
             self.check_open()
-        except ProtocolError as error:
+        except CoreError as error:
             return defer.fail(error)
         self._end(COMMITTING)
         work = _Work(self._owner.broker.next_seq, self.publishes, self.outcomes)

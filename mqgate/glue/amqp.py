@@ -59,6 +59,7 @@ from mqgate.core.broker import (
 from mqgate.core import mqlight
 from mqgate.core.browse import open_browser
 from mqgate.core.memory import RED_LEVEL
+from mqgate.glue.amqp_errors import CONDITIONS, REFUSALS, condition_of
 from mqgate.glue.amqp_transactions import AmqpTransactions, Controller
 from mqgate.glue.client_ids import MQLIGHT
 from mqgate.glue.egress import PRESETTLED_REFUSED, IEgressTarget, files_as_routed
@@ -351,8 +352,8 @@ class AmqpBrokerSession(BrokerSession):
             else:
                 self._attach_producer(link)
                 link.ingress_limits = self.context.ingress_limits   # S9.5
-        except ProtocolError as error:
-            link.refuse(Symbol(error.condition), error.description)
+        except REFUSALS as error:
+            link.refuse(condition_of(error), error.description)
             return
         self._links.add(link)
         self._held[kind] += 1
@@ -422,7 +423,7 @@ class AmqpBrokerSession(BrokerSession):
         if consumer.queue.pattern is not None and subscription is None:
             try:
                 self.check_flows("subscription", self._held["subscription"])
-            except ProtocolError:
+            except REFUSALS:
                 consumer.close()   # a durable subscription stays
                 raise
         target.consumer = consumer
@@ -493,14 +494,15 @@ class AmqpBrokerSession(BrokerSession):
             self._forget(link)
             self._release(link, remove=event.closed)
 
-    def _revoke(self, link, condition, description):
+    def _revoke(self, link, kind, description):
         """The core let go of the link's consumer or producer (an operator destroyed
-        its destination, S11.1): detach the link, closed, saying why."""
+        its destination, S11.1): detach the link, closed, saying why (C{kind}, an
+        L{mqgate.core.errors.ErrorKind}, in AMQP's words)."""
         if link not in self._links or link.state is not LinkState.ATTACHED:
             return
         self._forget(link)
         self._release(link, remove=False)
-        link.detach(closed=True, condition=Symbol(condition), description=description)
+        link.detach(closed=True, condition=CONDITIONS[kind], description=description)
         self.request_flush()
 
     def _release(self, link, remove):
@@ -558,12 +560,11 @@ class AmqpBrokerSession(BrokerSession):
                 raise self.memory.refusal()   # S2.6: sent on credit from before RED
             message = self.broker_message(parse_message(event.payload))
             stored = producer.send(message)
-        except ProtocolError as error:
+        except REFUSALS as error:
             if event.settled:
-                self._refusals.refused(link, error.condition, error.description)
+                self._refusals.refused(link, error)
             else:
-                link.settle(event.delivery_id,
-                            Rejected(error=Error(Symbol(error.condition), error.description)))
+                link.settle(event.delivery_id, _rejected(error))
         else:
             if event.settled and self._refusals.runs:
                 self._refusals.accepted(link)
@@ -664,10 +665,8 @@ class AmqpBrokerSession(BrokerSession):
             if link.state is LinkState.ATTACHED:
                 link.settle(delivery_id, state)
 
-        self.when_stored(
-            stored, lambda: settle(_ACCEPTED),
-            lambda condition, description: settle(
-                Rejected(error=Error(Symbol(condition), description))))
+        self.when_stored(stored, lambda: settle(_ACCEPTED),
+                         lambda error: settle(_rejected(error)))
 
     def _restore_credit(self, link):
         """The destination drained or the store caught up (called from the core,
@@ -751,7 +750,9 @@ class _PresettledRefusals:
         self._unlogged = 0       # refusals since the last log line
         self._logged_at = None
 
-    def refused(self, link, condition, description):
+    def refused(self, link, error):
+        """C{error} (one of L{REFUSALS}) refused a pre-settled message on C{link}."""
+        description = error.description
         session = self._session
         session.context.count(PRESETTLED_REFUSED)
         run = self.runs[link] = self.runs.get(link, 0) + 1
@@ -763,7 +764,7 @@ class _PresettledRefusals:
         limit = session.config.max_presettled_refusals
         if limit and run >= limit and link.context is not None and \
                 link.state is LinkState.ATTACHED:
-            self._detach(link, condition, description, run)
+            self._detach(link, condition_of(error), description, run)
 
     def accepted(self, link):
         self.runs.pop(link, None)
@@ -790,7 +791,7 @@ class _PresettledRefusals:
             why=description)
         session._forget(link)
         session._release(link, remove=False)
-        link.detach(closed=True, condition=Symbol(condition),
+        link.detach(closed=True, condition=condition,
                     description=f"{run} pre-settled messages in a row were refused and "
                                 f"lost; the latest: {description}")
         session.request_flush()
@@ -895,6 +896,11 @@ def _is_subscription(link):
 
 def _refusal(condition, description):
     return ProtocolError(description, str(condition))
+
+
+def _rejected(error):
+    """The Rejected outcome of a transfer that C{error} (one of L{REFUSALS}) refused."""
+    return Rejected(error=Error(condition_of(error), error.description))
 
 
 def _check(denied):

@@ -35,6 +35,7 @@ from mqgate.amqp.types import Described, Symbol
 from mqgate.core.deliveries import ACCEPTED, MODIFIED, REJECTED, RELEASED
 from mqgate.core.transactions import Transactions
 from mqgate.errors import ProtocolError
+from mqgate.glue.amqp_errors import REFUSALS, condition_of
 
 __all__ = ["AmqpTransactions", "Controller"]
 
@@ -71,7 +72,7 @@ class AmqpTransactions:
     """The transactions of one AMQP connection.
 
     @param session: the L{mqgate.glue.amqp.AmqpBrokerSession}.
-    @param refused: C{refused(link, condition, description)}: what the session does
+    @param refused: C{refused(link, error)}: what the session does
         with a pre-settled message it refuses (it cannot be answered).
     """
 
@@ -99,8 +100,8 @@ class AmqpTransactions:
                 self._declare(controller, event, body)
             else:
                 self._discharge(controller, event, body)
-        except ProtocolError as error:
-            self._answer(link, event, _rejected(error.condition, error.description))
+        except REFUSALS as error:
+            self._answer(link, event, _rejected(error))
         if link.credit <= _CONTROL_CREDIT // 2 and link.state is LinkState.ATTACHED:
             link.flow(_CONTROL_CREDIT)
 
@@ -124,8 +125,7 @@ class AmqpTransactions:
         link = controller.link
         self._session.when_stored(
             transaction.commit(), lambda: self._answer(link, event, _ACCEPTED),
-            lambda condition, description: self._answer(
-                link, event, _rejected(condition, description)))
+            lambda error: self._answer(link, event, _rejected(error)))
 
     def _answer(self, link, event, state):
         if not event.settled and link.state is LinkState.ATTACHED:
@@ -149,12 +149,11 @@ class AmqpTransactions:
                                     str(c.NOT_IMPLEMENTED))
             message = session.broker_message(parse_message(event.payload))
             transaction.publish(producer, message)
-        except ProtocolError as error:
+        except REFUSALS as error:
             if event.settled:
-                self._refused(link, error.condition, error.description)
+                self._refused(link, error)
             else:
-                link.settle(event.delivery_id, _rejected(error.condition,
-                                                         error.description))
+                link.settle(event.delivery_id, _rejected(error))
             return True
         if not event.settled:
             link.settle(event.delivery_id,
@@ -169,7 +168,7 @@ class AmqpTransactions:
         outcome = _OUTCOMES.get(type(state.outcome))
         try:
             transaction = self.core.get(state.txn_id)
-        except ProtocolError as error:
+        except REFUSALS as error:
             self._session.log.info(
                 "{peer} settled deliveries in a transaction it cannot use: {why}",
                 peer=self._session.peer, why=error.description)
@@ -211,5 +210,5 @@ def _control_body(payload):
     return body
 
 
-def _rejected(condition, description):
-    return Rejected(error=Error(Symbol(condition), description))
+def _rejected(error):
+    return Rejected(error=Error(condition_of(error), error.description))

@@ -10,6 +10,8 @@ from twisted.python.failure import Failure
 from mqgate.admin.wire import ADMIN_ADDRESS
 from mqgate.amqp.message import check_sections
 from mqgate.core.addresses import QUEUE, AddressError, resolve
+from mqgate.core.errors import CoreError, ErrorKind
+from mqgate.core.limits import ResourceLimitExceeded
 from mqgate.core.message import BrokerMessage
 from mqgate.egress.clients import EgressClient
 from mqgate.errors import ProtocolError
@@ -227,7 +229,9 @@ class BrokerSession:
 
         @param stored: the Deferred the core returned for them.
         @param stored_ok: called with no arguments when they are stored.
-        @param not_stored: called with C{(condition, description)} when they are not.
+        @param not_stored: called with the error when they are not: a
+            L{CoreError} (a failure that is none becomes one of kind INTERNAL), or a
+            L{ProtocolError}, which the protocol's glue words as it does elsewhere.
         Neither is called when the connection is finished by then (the peer will send
         again); either is followed by a flush.
         """
@@ -236,10 +240,9 @@ class BrokerSession:
                 return
             if isinstance(result, Failure):
                 error = result.value
-                if isinstance(error, ProtocolError):
-                    not_stored(error.condition, error.description)
-                else:
-                    not_stored("amqp:internal-error", result.getErrorMessage())
+                if not isinstance(error, (CoreError, ProtocolError)):
+                    error = CoreError(result.getErrorMessage(), ErrorKind.INTERNAL)
+                not_stored(error)
             else:
                 stored_ok()
             self.request_flush()
@@ -258,7 +261,7 @@ class BrokerSession:
         @param kind: C{"egress"} (a consumer), C{"ingress"} (a producer) or
             C{"subscription"} (a consumer of a topic).
         @param held: how many of that kind the connection has now.
-        @raise ProtocolError: amqp:resource-limit-exceeded, naming the limit.
+        @raise ResourceLimitExceeded: naming the limit.
         """
         profile = self.client.profile if self.client is not None else None
         if profile is None:
@@ -266,10 +269,9 @@ class BrokerSession:
         setting, what = _FLOW_LIMITS[kind]
         limit = getattr(profile, setting)
         if held >= limit:
-            raise ProtocolError(
+            raise ResourceLimitExceeded(
                 f"client profile {profile.name} allows {limit} {what} per client "
-                f"({setting}); this connection has {held}",
-                "amqp:resource-limit-exceeded")
+                f"({setting}); this connection has {held}")
 
     def unregister_client(self):
         """The connection is gone: take it off the registry."""

@@ -41,14 +41,13 @@ import itertools
 from zope.interface import implementer
 
 from mqgate.core.broker import (
-    ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog, Unauthorized)
+    ACCEPTED, MODIFIED, REJECTED, RELEASED, Requester, StoreBacklog)
 from mqgate.core.browse import Browser, open_browser
 from mqgate.core.dead import UNRENDERABLE
+from mqgate.core.errors import CoreError, ErrorKind
 from mqgate.core.memory import RED_LEVEL
 from mqgate.core.selectors import SelectorError
-from mqgate.core.transactions import (
-    TransactionLimitExceeded, TransactionRolledBack, Transactions, TransactionTimedOut,
-    UnknownTransaction)
+from mqgate.core.transactions import Transactions
 from mqgate.errors import ProtocolError
 from mqgate.glue.egress import IEgressTarget, files_as_routed
 from mqgate.glue.session import BrokerSession, broker_message, is_admin_address
@@ -156,10 +155,10 @@ class _Subscription:
         """The core's target: file the delivery in the egress queues."""
         self.session.egress.file(self, delivery)
 
-    def revoked(self, _condition, description):
+    def revoked(self, kind, description):
         """The core let go of this subscription (an operator destroyed its
         destination, S11.1): an ERROR frame saying so, which ends the connection."""
-        self.session.subscription_revoked(self, description)
+        self.session.subscription_revoked(self, kind, description)
 
     def protocol_credit(self):
         """The flow limit (prefetch) less what waits for an ACK."""
@@ -345,7 +344,7 @@ class StompBrokerSession(BrokerSession):
                 continue
             try:
                 _DISPATCH[type(event)](self, event)
-            except ProtocolError as error:
+            except _REFUSALS as error:
                 self.engine.send_error(_message_of(error), error.description,
                                        receipt_id=getattr(event, "receipt", None))
             except Exception:
@@ -470,8 +469,8 @@ class StompBrokerSession(BrokerSession):
             size = _frame_size(event)
             self._hold(event.transaction, size)
             try:
-                _in_transaction(transaction.core.publish, producer, message)
-            except ProtocolError:
+                transaction.core.publish(producer, message)
+            except _REFUSALS:
                 self._unhold(transaction, size)
                 raise
             self._receipt(event)
@@ -509,8 +508,8 @@ class StompBrokerSession(BrokerSession):
             return
         self.when_stored(
             stored, lambda: self._receipt(event),
-            lambda _condition, description: self.engine.send_error(
-                "message not stored", description, receipt_id=event.receipt))
+            lambda error: self.engine.send_error(
+                "message not stored", error.description, receipt_id=event.receipt))
     def _check_size(self, event):
         if len(event.body) > self.config.max_message_size:
             raise _Error("message too large",
@@ -592,7 +591,7 @@ class StompBrokerSession(BrokerSession):
             producer.on_revoked = functools.partial(self._producer_revoked, destination)
         return producer
 
-    def _producer_revoked(self, destination, _condition, _description):
+    def _producer_revoked(self, destination, _kind, _description):
         # An operator destroyed the destination (S11.1): forget its producer, so that
         # the next SEND there makes it again or, when it may not be made, is refused
         # with an ERROR naming it. Nothing to say before that: STOMP has no link to
@@ -643,14 +642,12 @@ class StompBrokerSession(BrokerSession):
                     selector=_header(event.headers, "selector"), requester=requester)
         except SelectorError as error:
             raise _Error("invalid selector", error.description) from None
-        except Unauthorized as error:
-            raise _Error("access refused", error.description) from None
         if subscription.consumer.queue.pattern is not None:
             try:
                 self.check_flows("subscription", sum(
                     1 for held in self.subscriptions.values()
                     if held.consumer.queue.pattern is not None))
-            except ProtocolError:
+            except CoreError:
                 subscription.consumer.close()   # a durable subscription stays
                 raise
         self.subscriptions[event.id] = subscription
@@ -660,7 +657,7 @@ class StompBrokerSession(BrokerSession):
         self._receipt(event)
         self.egress.refresh(subscription)
 
-    def subscription_revoked(self, subscription, description):
+    def subscription_revoked(self, subscription, kind, description):
         """Drop C{subscription}, whose destination is gone, and tell the client."""
         if self.subscriptions.get(subscription.id) is not subscription:
             return
@@ -669,7 +666,7 @@ class StompBrokerSession(BrokerSession):
             self.acks.pop(ack_id, None)
         self.egress.withdraw(subscription)
         subscription.consumer.close()
-        self.engine.send_error("destination destroyed",
+        self.engine.send_error(MESSAGES[kind],
                                f"subscription {subscription.id}: {description}")
         self.request_flush()
 
@@ -700,7 +697,7 @@ class StompBrokerSession(BrokerSession):
             # Applied at COMMIT; the subscription's flow limit is given back now, so
             # that a transaction may take more than the prefetch (S6.3).
             transaction = self._transaction(event.transaction)
-            _in_transaction(transaction.core.check_open)
+            transaction.core.check_open()
             self._hold(event.transaction, _HELD_FRAME_COST)
             subscription.settle(event.id, outcome, cumulative, transaction.core)
         else:
@@ -773,20 +770,20 @@ class StompBrokerSession(BrokerSession):
                          f"this connection already has {len(self.transactions)} open "
                          f"transactions, the most allowed "
                          f"(mqgate.stomp.transaction.max_open is {max_open})")
-        core = _in_transaction(self.core_transactions.declare, event.transaction)
+        core = self.core_transactions.declare(event.transaction)
         self.transactions[event.transaction] = _Transaction(core)
         self._receipt(event)
 
     def _commit(self, event):
         transaction = self._transaction(event.transaction)
         self._drop(event.transaction)
-        _in_transaction(transaction.core.check_open)
+        transaction.core.check_open()
         # The receipt waits until the store has committed the transaction's persistent
         # messages; if it could not, nothing of the transaction happened (S6.3).
         self.when_stored(
             transaction.core.commit(), lambda: self._receipt(event),
-            lambda _condition, description: self.engine.send_error(
-                "transaction rolled back", description, receipt_id=event.receipt))
+            lambda error: self.engine.send_error(
+                "transaction rolled back", error.description, receipt_id=event.receipt))
 
     def _abort(self, event):
         transaction = self._transaction(event.transaction)
@@ -805,23 +802,6 @@ class _Error(ProtocolError):
         super().__init__(detail, message)
 
 
-# The ERROR frame's message for each error of the core's transactions.
-_TRANSACTION_ERRORS = {
-    UnknownTransaction: "unknown transaction",
-    TransactionTimedOut: "transaction timed out",
-    TransactionLimitExceeded: "transaction limit exceeded",
-    TransactionRolledBack: "transaction rolled back",
-}
-
-
-def _in_transaction(call, *args):
-    """C{call(*args)}, with the errors of the core's transactions made ERROR frames."""
-    try:
-        return call(*args)
-    except tuple(_TRANSACTION_ERRORS) as error:
-        raise _Error(_TRANSACTION_ERRORS[type(error)], error.description) from None
-
-
 # What holding an ACK or NACK in a transaction costs, counted as bytes.
 _HELD_FRAME_COST = 64
 
@@ -832,7 +812,33 @@ def _frame_size(event):
                                  for name, value in event.headers)
 
 
+#: The core's errors in STOMP's words: the ERROR frame's C{message} header for each
+#: kind (its body is the error's description). AMQP's table is
+#: L{mqgate.glue.amqp_errors.CONDITIONS}.
+MESSAGES = {
+    ErrorKind.INVALID: "invalid request",
+    ErrorKind.LIMIT_EXCEEDED: "resource limit exceeded",
+    ErrorKind.NOT_FOUND: "not found",
+    ErrorKind.NOT_ALLOWED: "not allowed",
+    ErrorKind.UNAUTHORIZED: "access refused",
+    ErrorKind.INTERNAL: "internal error",
+    ErrorKind.ILLEGAL_STATE: "illegal state",
+    ErrorKind.DELETED: "destination destroyed",
+    ErrorKind.NOT_IMPLEMENTED: "not implemented",
+    ErrorKind.TX_UNKNOWN: "unknown transaction",
+    ErrorKind.TX_ROLLBACK: "transaction rolled back",
+    ErrorKind.TX_TIMEOUT: "transaction timed out",
+    ErrorKind.TX_LIMIT_EXCEEDED: "transaction limit exceeded",
+}
+
+# What a frame's handling refuses with: the core's errors and the glue's own.
+_REFUSALS = (CoreError, ProtocolError)
+
+
 def _message_of(error):
+    """The ERROR frame's C{message} header for C{error}, one of L{_REFUSALS}."""
+    if isinstance(error, CoreError):
+        return MESSAGES[error.kind]
     return error.condition if isinstance(error, _Error) else \
         f"{error.condition}: {error.description}"
 

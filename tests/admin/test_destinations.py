@@ -9,6 +9,7 @@ from mqgate.admin.destinations import COMMANDS, InUse, parse_size
 from mqgate.admin.requests import (
     AdminContext, AdminRequest, BadRequest, NotFoundError, dispatch)
 from mqgate.core import Broker, BrokerMessage, CoreConfig
+from mqgate.core.errors import ErrorKind
 from mqgate.core.persistence import Persistence
 from mqgate.store import MemoryStore
 
@@ -48,8 +49,8 @@ class Revocable:
     def deliver(self, delivery):
         self.deliveries.append(delivery)
 
-    def revoked(self, condition, description):
-        self.revoked_with = (condition, description)
+    def revoked(self, kind, description):
+        self.revoked_with = (kind, description)
 
 
 # -- list / query ------------------------------------------------------------------------
@@ -197,20 +198,20 @@ def test_sizes_as_the_source_writes_them():
 
 
 def test_destroy_revokes_consumers_and_producers_and_drops_stored_messages():
-    """destroy dst: consumers and producers are told with amqp:resource-deleted, the
+    """destroy dst: consumers and producers are told their destination was deleted, the
     messages (stored ones too) are gone, and the queue no longer exists."""
     broker, store, _ = stored_broker()
     producer = broker.open_producer("queue://q")
     told = []
-    producer.on_revoked = lambda condition, description: told.append(condition)
+    producer.on_revoked = lambda kind, description: told.append(kind)
     producer.send(BrokerMessage(b"keep", durable=True))
     target = Revocable()
     consumer = broker.open_consumer("queue://q", target)
     reply = run(broker, "destroy", "dst", "-t", "q", "-n", "q")
     assert reply.data["consumers"] == 1 and reply.data["producers"] == 1
-    assert target.revoked_with[0] == "amqp:resource-deleted"
+    assert target.revoked_with[0] is ErrorKind.DELETED
     assert "destroyed by an administrator" in target.revoked_with[1]
-    assert told == ["amqp:resource-deleted"]
+    assert told == [ErrorKind.DELETED]
     assert consumer.closed and producer.closed
     assert broker.queues() == []
     assert stored_keys(store, "queue://q") == []

@@ -5,7 +5,7 @@ import pytest
 from mqgate.core.addresses import (
     QUEUE, TOPIC, AddressError, canonical, is_pattern, resolve, topic_matches)
 from mqgate.core.message import BrokerMessage
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
 
 
 @pytest.mark.parametrize("address, expected", [
@@ -49,8 +49,8 @@ def test_empty_name_is_an_address_error(address):
     """S2.1: an address that names nothing is an amqp:invalid-field protocol error."""
     with pytest.raises(AddressError) as caught:
         resolve(address)
-    assert isinstance(caught.value, ProtocolError)
-    assert caught.value.condition == "amqp:invalid-field"
+    assert isinstance(caught.value, CoreError)
+    assert caught.value.kind is ErrorKind.INVALID
 
 
 def test_canonical():

@@ -4,7 +4,8 @@
 import pytest
 
 from mqgate.core import AddressError, BrokerMessage, CoreConfig, NotFound
-from mqgate.errors import ConfigError, ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
+from mqgate.errors import ConfigError
 
 from tests.core import consume, make_broker, send
 
@@ -27,7 +28,7 @@ def test_autocreate_disabled_not_found(address, config):
     broker, _ = make_broker(**config)
     with pytest.raises(NotFound) as caught:
         broker.open_producer(address)
-    assert caught.value.condition == "amqp:not-found"
+    assert caught.value.kind is ErrorKind.NOT_FOUND
     with pytest.raises(NotFound):
         consume(broker, address)
     assert broker.queues() == [] and broker.topics() == []
@@ -90,7 +91,7 @@ def test_closed_producer_refuses_to_send():
     broker, _ = make_broker()
     producer = broker.open_producer("queue://q")
     producer.close()
-    with pytest.raises(ProtocolError):
+    with pytest.raises(CoreError):
         producer.send(BrokerMessage(b"1"))
 
 

@@ -8,6 +8,7 @@ from mqgate.core.browse import Browser, open_browser
 from mqgate.core.broker import ResourceLimitExceeded
 from mqgate.core.modes import ConsumerModes, modes_attributes, modes_from_attributes
 from mqgate.errors import ConfigError
+from mqgate.core.errors import ErrorKind
 
 from tests.core import RecordingTarget, consume, make_broker, send
 
@@ -86,7 +87,7 @@ def test_one_past_both_limits_is_refused_by_name():
     consume(broker, "queue://q")
     with pytest.raises(ResourceLimitExceeded) as refused:
         consume(broker, "queue://q")
-    assert refused.value.condition == "amqp:resource-limit-exceeded"
+    assert refused.value.kind is ErrorKind.LIMIT_EXCEEDED
     text = refused.value.description
     assert "'q'" in text and "maxNumActiveConsumers=1" in text
     assert "maxNumBackupConsumers=1" in text and "update dst" in text

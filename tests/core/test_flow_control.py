@@ -6,7 +6,8 @@ import pytest
 
 from mqgate.core import BrokerMessage, CoreConfig
 from mqgate.core.broker import REJECT_NEWEST, ResourceLimitExceeded
-from mqgate.errors import ConfigError, ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
+from mqgate.errors import ConfigError
 
 from tests.core import consume, make_broker
 
@@ -191,8 +192,8 @@ def test_reject_newest_raises_with_condition():
     with pytest.raises(ResourceLimitExceeded) as caught:
         fill(producer, 1)
     error = caught.value
-    assert isinstance(error, ProtocolError)
-    assert error.condition == "amqp:resource-limit-exceeded"
+    assert isinstance(error, CoreError)
+    assert error.kind is ErrorKind.LIMIT_EXCEEDED
     assert "'orders'" in error.description and "3" in error.description
     assert "maxNumMsgs" in error.description
     assert broker.queue("orders").held == 3 and broker.queue("orders").messages_in == 3

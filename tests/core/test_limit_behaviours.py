@@ -6,6 +6,7 @@ import pytest
 from mqgate.core import BrokerMessage
 from mqgate.core.limits import ResourceLimitExceeded
 from mqgate.core.dead import LOW_PRIORITY, OLDEST, REASON
+from mqgate.core.errors import ErrorKind
 
 from tests.core import consume, make_broker, send
 
@@ -74,7 +75,7 @@ def test_max_bytes_per_msg_refuses_naming_the_limit():
     producer = broker.open_producer("queue://q")
     with pytest.raises(ResourceLimitExceeded, match="maxBytesPerMsg") as caught:
         producer.send(BrokerMessage(b"12345"))
-    assert caught.value.condition == "amqp:resource-limit-exceeded"
+    assert caught.value.kind is ErrorKind.LIMIT_EXCEEDED
     producer.send(BrokerMessage(b"1234"))
     assert broker.queue("q").held == 1
 

@@ -9,6 +9,7 @@ from mqgate.core.limits import ResourceLimitExceeded
 from mqgate.core.memory import (
     GREEN, ORANGE, RED, YELLOW, MemoryConfig, MemoryStates, default_limit)
 from mqgate.errors import ConfigError
+from mqgate.core.errors import ErrorKind
 
 from tests.core import consume, make_broker
 
@@ -171,14 +172,14 @@ def test_each_change_is_one_log_line_with_the_figures(logged):
 
 
 def test_refusal_names_the_state_and_setting():
-    """The error a message gets at RED is amqp:resource-limit-exceeded naming RED
-    and mqgate.memory.limit."""
+    """The error a message gets at RED is a LIMIT_EXCEEDED naming RED and
+    mqgate.memory.limit."""
     memory, held = states()
     held.bytes = 990
     memory.check()
     error = memory.refusal()
     assert isinstance(error, ResourceLimitExceeded)
-    assert error.condition == "amqp:resource-limit-exceeded"
+    assert error.kind is ErrorKind.LIMIT_EXCEEDED
     assert "RED" in error.description and "mqgate.memory.limit=1000" in error.description
 
 

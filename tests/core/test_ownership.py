@@ -13,6 +13,7 @@ from mqgate.core.broker import Requester, Unauthorized
 from mqgate.core.persistence import durable_key
 from mqgate.security.audit import IAuditTrail
 from mqgate.security.auth import Principal
+from mqgate.core.errors import ErrorKind
 from tests.core import consume, make_broker, send
 from tests.core.test_persistence import restart, stored_broker
 
@@ -61,7 +62,7 @@ def test_only_the_creating_connection_receives_from_a_temporary_queue(other):
     owner, received = consume(broker, None, credit=10, dynamic=True, requester=ALICE)
     with pytest.raises(Unauthorized) as caught:
         consume(broker, owner.address, requester=other)
-    assert caught.value.condition == "amqp:unauthorized-access"
+    assert caught.value.kind is ErrorKind.UNAUTHORIZED
     assert "belongs to another connection" in caught.value.description
     send(broker, owner.address, b"reply")
     assert received.payloads == [b"reply"]
@@ -136,7 +137,7 @@ def test_another_user_cannot_resume_a_durable_subscription():
     send(broker, "topic://news", b"1", b"2")
     with pytest.raises(Unauthorized) as caught:
         durable(broker, BOB)
-    assert caught.value.condition == "amqp:unauthorized-access"
+    assert caught.value.kind is ErrorKind.UNAUTHORIZED
     assert caught.value.description == (
         "durable subscription sub of container app belongs to another user")
     # Even with another topic, which would replace it for its owner.

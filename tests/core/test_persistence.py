@@ -13,6 +13,7 @@ from mqgate.core.persistence import Persistence, StorageFailed, durable_key
 from mqgate.store import (
     DuplicateMessage, IMessageStore, MemoryStore, StoreFailed, destination_key)
 from mqgate.store import durable_key as store_durable_key
+from mqgate.core.errors import ErrorKind
 
 from tests.core import consume
 
@@ -133,7 +134,7 @@ def test_a_message_the_store_refused_is_never_delivered():
     store.refuse()
     [failure] = failures
     assert failure.check(StorageFailed)
-    assert failure.value.condition == "amqp:resource-limit-exceeded"
+    assert failure.value.kind is ErrorKind.LIMIT_EXCEEDED
     assert failure.value.description == (
         "the message store cannot write: No space left on device; persistent "
         "messages are refused until it recovers")
@@ -326,7 +327,7 @@ def test_a_refused_add_errbacks_with_a_condition_and_is_left_to_the_store_to_log
         d.addErrback(failure.append)
     [failure] = failure
     assert failure.check(StorageFailed)
-    assert failure.value.condition == "amqp:resource-limit-exceeded"
+    assert failure.value.kind is ErrorKind.LIMIT_EXCEEDED
     assert "No space left on device" in failure.value.description
     assert not any("log_failure" in e for e in events)
     assert broker.persistence.failures == {"StoreFailed": 1}
@@ -348,7 +349,7 @@ def test_any_other_failed_add_is_an_internal_error_and_is_logged():
         d = broker.open_producer("queue://q").send(BrokerMessage(b"m", durable=True))
         failure = []
         d.addErrback(failure.append)
-    assert failure[0].value.condition == "amqp:internal-error"
+    assert failure[0].value.kind is ErrorKind.INTERNAL
     assert any("log_failure" in e for e in events)
 
 

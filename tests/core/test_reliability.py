@@ -3,7 +3,7 @@
 import pytest
 
 from mqgate.core import BrokerMessage
-from mqgate.errors import ProtocolError
+from mqgate.core.errors import CoreError
 
 from tests.core import consume, make_broker, send
 
@@ -114,7 +114,7 @@ def test_unknown_outcome_raises_and_keeps_delivery():
     broker, _ = make_broker()
     consumer, target = consume(broker, "queue://q", credit=5)
     send(broker, "queue://q", b"1")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(CoreError):
         consumer.settle(target.deliveries[0], "bogus")
     assert consumer.unsettled == 1
 

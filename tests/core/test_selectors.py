@@ -11,7 +11,8 @@ from mqgate.core import BrokerMessage
 from mqgate.core.selectors import (
     HEADER_FIELDS, MAX_DEPTH, MAX_SELECTOR_LENGTH, Selector, SelectorError,
     SelectorTooDeep, SelectorTooLong, compile_selector, message_field)
-from mqgate.errors import MqgateError, ProtocolError
+from mqgate.core.errors import CoreError, ErrorKind
+from mqgate.errors import MqgateError
 
 T, F, U = True, False, None
 
@@ -230,8 +231,8 @@ def test_syntax_errors(text, position, problem):
     with pytest.raises(SelectorError) as caught:
         compile_selector(text)
     error = caught.value
-    assert isinstance(error, ProtocolError)
-    assert error.condition == "amqp:invalid-field"
+    assert isinstance(error, CoreError)
+    assert error.kind is ErrorKind.INVALID
     assert error.position == position
     assert error.problem.startswith(problem)
     assert error.description == f"invalid selector at position {position}: {error.problem}"

@@ -10,6 +10,7 @@ from mqgate.core import Broker, BrokerMessage, CoreConfig
 from mqgate.core.broker import ResourceLimitExceeded
 from mqgate.core.persistence import Persistence
 from mqgate.store.memory import MemoryStore
+from mqgate.core.errors import ErrorKind
 
 from tests.core import consume, make_broker
 
@@ -25,7 +26,7 @@ def refused(producer, payload=b"m"):
     """The description of the error a send gets (it must get one)."""
     with pytest.raises(ResourceLimitExceeded) as caught:
         producer.send(BrokerMessage(payload))
-    assert caught.value.condition == "amqp:resource-limit-exceeded"
+    assert caught.value.kind is ErrorKind.LIMIT_EXCEEDED
     return caught.value.description
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from mqgate.core import BrokerMessage
 from mqgate.core.addresses import NameLimitExceeded, check_name, topic_matches
+from mqgate.core.errors import ErrorKind
 
 from tests.core import consume, make_broker
 
@@ -78,7 +79,7 @@ def test_check_name_refuses_past_the_limits(kind, name, setting):
     setting that raises it, and quoting at most the start of the name."""
     with pytest.raises(NameLimitExceeded) as caught:
         check_name(kind, name, 255, 32)
-    assert caught.value.condition == "amqp:resource-limit-exceeded"
+    assert caught.value.kind is ErrorKind.LIMIT_EXCEEDED
     assert setting in caught.value.description
     assert len(caught.value.description) < 300
 

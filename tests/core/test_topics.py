@@ -3,6 +3,7 @@
 import pytest
 
 from mqgate.core import BrokerMessage, NotAllowed, NotFound
+from mqgate.core.errors import ErrorKind
 
 from tests.core import consume, make_broker, send
 
@@ -113,7 +114,7 @@ def test_second_attach_to_active_durable_subscription_refused():
     consume(broker, "topic://t", durable_name="sub", container_id="c")
     with pytest.raises(NotAllowed) as caught:
         consume(broker, "topic://t", durable_name="sub", container_id="c")
-    assert caught.value.condition == "amqp:not-allowed"
+    assert caught.value.kind is ErrorKind.NOT_ALLOWED
 
 
 def test_same_durable_name_other_container_is_separate():
