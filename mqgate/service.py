@@ -209,7 +209,10 @@ class BrokerService(service.MultiService):
 
 
     def _close_store(self, result):
-        # After the children: no connection is left to use the store (rule 6).
+        # After the children: no connection is left to use the store (rule 6); the
+        # last turn's writes (removals of settled messages) go to it before it closes.
+        if self.broker.persistence is not None:
+            self.broker.persistence.flush()
         d = self.store_service.stopService()
         return d.addBoth(lambda _: result)
 
@@ -481,7 +484,8 @@ def build_broker(settings, reactor):
         max_backup_consumers=settings["mqgate.autocreate.queue.maxNumBackupConsumers"],
         topic_default_persistence=settings["mqgate.topic.default_persistence"],
         **_delivery_semantics(settings)),
-        persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor)),
+        persistence=Persistence(store_service.store, _stored_bytes, _stored_messages(reactor),
+                                clock=reactor),
         audit=audit)
     broker.set_annotate(_dead_annotations)
     captures = _capture(settings, broker, reactor)

@@ -371,6 +371,29 @@ class _Record:
         self.entries = entries
 
 
+class _Batch(_Record):
+    """The adds and removals of one L{FileStore.write_batch} call as one TXN record:
+    on disk whole or not at all, so a failed write leaves none of its adds behind.
+
+    @ivar added: C{(destination, message_id)} of its adds (taken back from the ledger
+        if it is never written).
+    @ivar removals: its REMOVE operations (kept and written once the store recovers
+        if it is never written, S3.6).
+    """
+
+    __slots__ = ("added", "removals")
+
+    def __init__(self, parts, raw, releases, entries, added, removals):
+        super().__init__(j.TXN, parts, releases, raw=raw, entries=entries)
+        self.added = added
+        self.removals = removals
+
+
+#: The transaction id of the TXN record of a write_batch call: none is needed (the
+#: record is applied when it is read, like a one-phase commit), so the shortest.
+_BATCH_ID = ""
+
+
 class _CatalogChange:
     """Set or delete one destination or durable subscription (catalog.py)."""
 
@@ -823,6 +846,92 @@ class FileStore:
                                     entries=(entry,)), entry.size)
 
     @guarded
+    def write_batch(self, ops):
+        """Store and remove messages with one record and one write (the adds and
+        removals of a reactor turn, L{mqgate.core.persistence}).
+
+        @param ops: in call order, C{(destination, message_id, data)} to add, or
+            C{(destination, message_id, None)} to remove.
+        @return: a Deferred firing, once the record is durable as configured (S3.4),
+            with C{{index: StoreError}} of the operations refused one by one (a
+            duplicate id, an unknown message; empty normally). When the record cannot
+            be written none of its adds is stored: they are all refused, with the
+            L{StoreFailed} a single add gets; its removals are kept and written once
+            the store recovers (S3.6). While the store fails, adds are refused at once
+            and the Deferred fires at once: nobody waits for removals kept for later.
+        """
+        refused = {}
+        ledger = self._ledger
+        failing = self.health.failing
+        limit = self.max_record_size
+        ops_out = j.OpsBuilder()
+        added = {}      # (destination, message_id) -> (index, position, parts) of its add
+        entries, releases, removals, large = [], [], [], False
+        for i, (destination, message_id, data) in enumerate(ops):
+            try:
+                if data is None:
+                    entry = ledger.remove(destination, message_id)
+                elif failing:
+                    refused[i] = self.health.refuse()
+                    continue
+                else:
+                    ledger.check_message(destination, message_id, data)
+                    entry = _Entry(0)
+                    ledger.add(destination, message_id, entry)
+            except (StoreError, ValueError, TypeError) as e:
+                refused[i] = e if isinstance(e, StoreError) else StoreError(str(e))
+                continue
+            if data is None:
+                mine = added.pop((destination, message_id), None)
+                if mine is not None:
+                    # Added and removed by this call: write neither (in a TXN record
+                    # removes apply before adds).
+                    ops_out.cancel(*mine[1:])
+                    continue
+                self._count_dead(entry.size)
+                if entry.rel is not None:
+                    releases.append(entry.rel)
+                ops_out.remove(destination, message_id)
+                removals.append((destination, message_id))
+            elif len(data) <= limit:
+                at, entry.size = ops_out.add(destination, message_id, data)
+                added[(destination, message_id)] = (i, at, 3)
+                entries.append(entry)
+            else:
+                # A large message: its own file is written on the writer thread.
+                entry.rel = (f"{FilePool.directory_for(destination)}/"
+                             f"{message_id:x}-{os.urandom(6).hex()}.msg")
+                at, entry.size = ops_out.add_parts(j.ADD_FILE, [_LargeAdd(
+                    destination, message_id, 0, entry.rel, data)])
+                added[(destination, message_id)] = (i, at, 2)
+                entries.append(entry)
+                large = True
+        if not ops_out.count:
+            return defer.succeed(refused)
+        parts = ops_out.payload(_BATCH_ID)
+        if large:
+            record = _Batch(parts, None, tuple(releases), tuple(entries), list(added),
+                            removals)
+            size = _size(parts)
+        else:
+            # The common case: the whole record encoded here, once.
+            raw = j.record_bytes(j.TXN, parts)
+            record = _Batch(None, raw, tuple(releases), tuple(entries), list(added),
+                            removals)
+            size = len(raw) - j.HEADER_SIZE
+        if failing:
+            # Only removals: kept until the store recovers (S3.6); the refused adds'
+            # producers hear it now, not then.
+            self._submit(record, size).addErrback(lambda _: None)
+            return defer.succeed(refused)
+        written = [i for i, _, _ in added.values()]
+
+        def not_written(failure):
+            refused.update(dict.fromkeys(written, failure.value))
+            return refused
+        return self._submit(record, size).addCallbacks(lambda _: refused, not_written)
+
+    @guarded
     def read_message(self, destination, message_id):
         """The stored bytes of a live message, read on the writer thread in order
         with the writes (a bounded read of its record, S2.6)."""
@@ -1030,7 +1139,13 @@ class FileStore:
         error = self.health.write_failed(cause)
         kept = []
         for op, d in rest:
-            if isinstance(op, _Record) and op.key is not None:
+            if type(op) is _Batch:
+                for destination, message_id in op.added:
+                    self._take_back_add(destination, message_id, 0)
+                d.errback(error)
+                if op.removals:
+                    kept.append(self._kept_removals(op))
+            elif isinstance(op, _Record) and op.key is not None:
                 self._take_back(op)
                 d.errback(error)
             elif isinstance(op, _Record) and op.rtype == j.COUNT:
@@ -1042,10 +1157,25 @@ class FileStore:
         return kept
 
     def _take_back(self, record):
-        destination, message_id = record.key
+        self._take_back_add(*record.key, j.HEADER_SIZE)
+
+    def _take_back_add(self, destination, message_id, header):
         if self._ledger.is_live(destination, message_id):
             entry = self._ledger.remove(destination, message_id)
-            self._total_bytes -= entry.size + j.HEADER_SIZE
+            self._total_bytes -= entry.size + header
+
+    @staticmethod
+    def _kept_removals(batch):
+        # The removals of a batch that was not written, as a record of their own; the
+        # batch's Deferred has answered already, so nobody waits on this one.
+        ops_out = j.OpsBuilder()
+        for destination, message_id in batch.removals:
+            ops_out.remove(destination, message_id)
+        parts = ops_out.payload(_BATCH_ID)
+        d = defer.Deferred()
+        d.addErrback(lambda _: None)
+        return _Batch(None, j.record_bytes(j.TXN, parts), batch.releases, (), [],
+                      batch.removals), d
 
     def _probe(self):
         # StoreHealth's probe: repair and test the disk on the writer thread.

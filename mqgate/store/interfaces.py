@@ -258,6 +258,19 @@ class IMessageStore(Interface):
         Errback L{DuplicateMessage} when the id is live in that destination.
         """
 
+    def write_batch(ops):
+        """Optional (the file store has it; the core calls the per-message methods of
+        a store without it): store and remove messages as one write, all or nothing
+        (the adds and removals of a reactor turn, issue 17).
+
+        C{ops}: in call order, C{(destination, message_id, data)} to add or
+        C{(destination, message_id, None)} to remove. The Deferred fires once the write
+        is durable as configured (S3.4) with C{{index: StoreError}} of the operations
+        refused (one by one: a duplicate, an unknown message; or every add of a write
+        that failed, with the L{StoreFailed} a single add would get); it errbacks only
+        when the whole call is refused (a closed store).
+        """
+
     def remove_message(destination, message_id, *, txn=None):
         """Remove a stored message (consumer settlement). L{UnknownMessage} if absent."""
 

@@ -4,6 +4,7 @@ One writer, group commit, and when acknowledgements fire (S3.4).
 
 import ast
 import queue
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from twisted.internet import defer
 
 import mqgate.store
 from mqgate.store import FileStore, StoreFailed, destination_key
+from mqgate.store.factory import WriterThread
 from mqgate.store.filestore import WriteQueue
 from tests.deferreds import result, run_now
 
@@ -239,3 +241,38 @@ def test_store_package_never_imports_the_reactor():
                 continue
             assert not any("reactor" in n or n.startswith("twisted.internet.threads")
                            for n in names), (path, names)
+
+
+class _QueuedReactor:
+    """callFromThread that queues the call for the test thread to run, as the
+    reactor's does."""
+
+    def __init__(self):
+        self.calls = queue.Queue()
+
+    def callFromThread(self, f, *args):
+        self.calls.put((f, args))
+
+    def run_one(self):
+        f, args = self.calls.get(timeout=10)
+        f(*args)
+
+
+def test_the_writer_thread_runs_jobs_in_turn_off_the_callers_thread():
+    """The file store's thread runs what it is given in order, on itself, and answers
+    on the reactor thread (results and failures alike); stop ends it."""
+    reactor = _QueuedReactor()
+    writer = WriterThread(reactor, "test-writer")
+    writer.start()
+    seen = []
+    first = writer.run(lambda: seen.append(threading.current_thread().name) or 1)
+    second = writer.run(lambda: 1 / 0)
+    assert not first.called
+    reactor.run_one()
+    reactor.run_one()
+    assert result(first) == 1 and seen == ["test-writer"]
+    box = []
+    second.addErrback(box.append)
+    assert box[0].check(ZeroDivisionError)
+    writer.stop()
+    assert not writer.started
