@@ -294,7 +294,7 @@ class Persistence:
             else:
                 try:
                     result = self.add_failed(Failure(error), ops[i][0], ops[i][1])
-                except StorageFailed:
+                except Exception:   # add_failed raises the producer's refusal
                     result = Failure()
                 answer.errback(result)
 
