@@ -8,6 +8,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from mqgate.core import Broker, BrokerMessage, CoreConfig
+from mqgate.core.errors import ErrorKind
 from mqgate.core.persistence import Persistence, StorageFailed
 from mqgate.store import DuplicateMessage, MemoryStore, StoreClosed, StoreFailed
 
@@ -103,7 +104,7 @@ def test_answers_and_deliveries_wait_for_the_write():
 
 def test_a_failed_write_fails_every_message_of_its_turn_as_one_add_would():
     """S3.6: when the store refuses a turn's write (a full disk), each of its producers
-    is refused with what a single refused add gave: amqp:resource-limit-exceeded and
+    is refused with what a single refused add gave: a resource limit exceeded and
     the cause; nothing is delivered."""
     store = _BatchStore()
     broker, clock = broker_on(store)
@@ -115,7 +116,7 @@ def test_a_failed_write_fails_every_message_of_its_turn_as_one_add_would():
     store.answer({0: full, 1: full})
     assert [f.check(StorageFailed) for f in answered] == [StorageFailed] * 2
     for failure in answered:
-        assert failure.value.condition == "amqp:resource-limit-exceeded"
+        assert failure.value.kind is ErrorKind.LIMIT_EXCEEDED
         assert failure.value.description == (
             "the message store cannot write: No space left on device; persistent "
             "messages are refused until it recovers")
@@ -133,7 +134,7 @@ def test_a_refusal_is_its_own_messages_alone():
     answered = outcomes([send(producer, b"a"), send(producer, b"b")])
     clock.advance(0)
     store.answer({0: DuplicateMessage("queue://q", 1)})
-    assert answered[0].value.condition == "amqp:internal-error"
+    assert answered[0].value.kind is ErrorKind.INTERNAL
     assert answered[1] is None and target.payloads == [b"b"]
 
 
