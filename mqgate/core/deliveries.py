@@ -11,11 +11,10 @@ marked redelivered.
 
 Who owns a consumer's credit: the core's credit (L{Consumer.credit}, how many more
 deliveries the queue may hand it now) is the consumer's, and only the core changes it:
-L{Consumer.set_credit} from what its driver offers, within consumerFlowLimit
-(L{Consumer._grant}), one less per hand-over, none after a drain or a close. What the
-glue offers is its own business, computed in one place for AMQP and STOMP alike
-(L{mqgate.glue.egress.Egress.core_credit}). The target (L{IConsumerTarget}) only takes
-deliveries: the core never asks it about credit.
+L{Consumer.set_credit} from what its driver offers, within consumerFlowLimit; one less
+per hand-over; none after a drain or a close. What the glue offers is computed in one
+place for AMQP and STOMP alike (L{mqgate.glue.egress.Egress.core_credit}). The target
+(L{IConsumerTarget}) only takes deliveries: the core never asks it about credit.
 """
 
 from zope.interface import Attribute, Interface
@@ -119,7 +118,7 @@ class Consumer:
         # True while this consumer sits in its queue's ready deque (or is being served).
         self._in_ready = False
         self._on_close = on_close
-        # Credit offered that consumerFlowLimit keeps back for now (S2.3, _grant).
+        # Credit offered that consumerFlowLimit keeps back for now (S2.3, set_credit).
         self._withheld = 0
 
     def __repr__(self):
@@ -149,24 +148,19 @@ class Consumer:
         if self.closed:
             return
         had_credit = self.credit > 0
-        self._grant(credit if credit > 0 else 0)
-        if self.credit:
-            self.queue.offer(self, had_credit)
-
-    def _grant(self, offered):
+        credit = credit if credit > 0 else 0
         # The one place the core's credit is derived from what its driver offered
-        # (set_credit, and _flow_room for what was kept back): S2.3 consumerFlowLimit
+        # (here, and from _flow_room for what was kept back): S2.3 consumerFlowLimit
         # allows no more than that many unsettled and granted at once; the rest is
         # withheld until settlements make room.
         limit = self.queue.limits.consumer_flow_limit
         if limit > 0:
             allowed = max(0, limit - len(self._unsettled))
-            if offered > allowed:
-                self._withheld = offered - allowed
-                self.credit = allowed
-                return
-        self._withheld = 0
-        self.credit = offered
+            self._withheld = credit - allowed if credit > allowed else 0
+            credit = min(credit, allowed)
+        self.credit = credit
+        if self.credit:
+            self.queue.offer(self, had_credit)
 
     def drain(self):
         """Deliver what is available, then give up the remaining credit.
@@ -232,13 +226,11 @@ class Consumer:
         self._flow_room()
 
     def _flow_room(self):
-        # A settlement made room under consumerFlowLimit: give what was kept back.
-        if not self._withheld or self.closed:
-            return
-        before = self.credit
-        self._grant(before + self._withheld)
-        if self.credit > before:
-            self.queue.offer(self, before > 0)
+        # A settlement made room under consumerFlowLimit: offer again what was kept
+        # back, through set_credit (a settlement frees at least one place, so the
+        # credit grows).
+        if self._withheld and not self.closed:
+            self.set_credit(self.credit + self._withheld)
 
     def close(self, *, remove=False):
         """Detach: requeue what is in flight and release what this consumer owned.
