@@ -38,7 +38,7 @@ class IConsumerTarget(Interface):
     """
 
     revoked = Attribute(
-        "None, or revoked(condition, description): called when an operator destroys "
+        "None, or revoked(kind, description) (kind: an L{mqgate.core.errors.ErrorKind}): called when an operator destroys "
         "the destination (S11.1), before the core closes the consumer.")
 
     def deliver(delivery):

@@ -24,7 +24,7 @@ What the store sees, and when:
  - destinations and durable subscriptions are written when made and forgotten when
    deleted, with everything stored under them.
 
-Writes of a reactor turn (issue 17: a persistent message from a client that settles
+Writes of a reactor turn (measured under bench scenario (b): a persistent message from a client that settles
 each delivery on its own cost 140 us of broker CPU, much of it one store call, one
 Deferred and its callbacks for every add and every removal). L{QueueStore.add} and
 L{QueueStore.remove} do not call the store: they append to this turn's operations,
@@ -38,7 +38,7 @@ never before (S3.4). Without a clock (tests of the core) every call is a turn of
 own.
 
 Store failures (S3.6). A failed add errbacks the producer's Deferred with
-L{StorageFailed} (the glue rejects the delivery with its condition and description) and
+L{StorageFailed} (the glue rejects the delivery with its kind, in its protocol's words, and its description) and
 the message is never enqueued. A store that cannot write refuses new persistent
 messages at once, keeps removals to write when it recovers, probes until it can write
 again and logs all that itself, at a bounded pace (L{mqgate.store.health}); so the core

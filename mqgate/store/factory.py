@@ -40,7 +40,7 @@ class WriterThread:
     lock, which the worker takes too when it finishes a job. The file store hands over
     its next batch just as the last one's answer arrives, so the reactor found that
     lock held, by a worker waiting for the GIL, for about a twentieth of its time
-    under persistent load (py-spy, issue 17 scenario (b)). A C{SimpleQueue} put never
+    under persistent load (py-spy, bench scenario (b): persistent messages settled one by one). A C{SimpleQueue} put never
     waits.
     """
 

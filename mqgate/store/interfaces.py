@@ -261,7 +261,7 @@ class IMessageStore(Interface):
     def write_batch(ops):
         """Optional (the file store has it; the core calls the per-message methods of
         a store without it): store and remove messages as one write, all or nothing
-        (the adds and removals of a reactor turn, issue 17).
+        (the adds and removals of a reactor turn).
 
         C{ops}: in call order, C{(destination, message_id, data)} to add or
         C{(destination, message_id, None)} to remove. The Deferred fires once the write
