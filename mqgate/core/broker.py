@@ -188,7 +188,7 @@ class Unauthorized(CoreError):
 
 @dataclass(frozen=True)
 class Requester:
-    """Who attaches a consumer, as ownership needs it (issue 11).
+    """Who attaches a consumer, as ownership needs it.
 
     @ivar user: the logged-in user's name (C{None}: unknown).
     @ivar admin: whether the user is in group L{ADMIN_GROUP}.
@@ -737,7 +737,7 @@ class Broker:
         when the capabilities say C{temporary-topic} or C{topic}) with a unique name,
         deleted when this consumer closes.
 
-        Ownership (issue 11), when C{requester} (a L{Requester}) is given, as the
+        Ownership, when C{requester} (a L{Requester}) is given, as the
         protocol glue always does: a temporary destination belongs to the connection
         that made it, and only that connection may receive from it (anyone may send
         to it: it is a reply address); a durable subscription belongs to the user who
@@ -1423,7 +1423,7 @@ class Broker:
             if name not in self._queues and name not in self._topics:
                 return name
 
-    # -- ownership (issue 11) ----------------------------------------------------------
+    # -- ownership ----------------------------------------------------------
 
     def _check_security(self, requester, name, permission):
         # S7.2: a security setting made at run time (a capture's) restricts who may

@@ -291,7 +291,7 @@ class IMessageStore(Interface):
 
     def add_durable(container_id, name, topic, selector, owner=None):
         """Store (or replace) a durable subscription, with the name of the user it
-        belongs to (C{None}: unknown; ownership, issue 11)."""
+        belongs to (C{None}: unknown; ownership)."""
 
     def remove_durable(container_id, name):
         """Forget a durable subscription and its backlog (C{durable_key(...)})."""

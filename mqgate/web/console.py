@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.web.test_console -*-
 """
-The web console's files (issue 16): plain HTML, CSS and JavaScript from the package
+The web console's files: plain HTML, CSS and JavaScript from the package
 directory C{mqgate/web/console/}, served under C{/console/} by the HTTP admin services.
 
 The files hold no data and need no login; the page logs in with the API's own HTTP
