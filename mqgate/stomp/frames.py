@@ -377,6 +377,10 @@ class FrameParser:
                 if max_frames is not None and len(out) >= max_frames:
                     self.more = pos < len(buf)
                     break
+                if self._state is _COMMAND:
+                    start = self._head(buf, pos)
+                    if start >= 0:
+                        pos = start       # and on to its body, in this same turn
                 if self._state is _BODY:
                     end = self._body_end(buf, pos)
                     if end < 0:
@@ -396,8 +400,6 @@ class FrameParser:
                 pos = nl + 1
                 if self._state is _COMMAND:
                     self._on_command_line(line, out)
-                    if self._state is _HEADERS:
-                        pos = self._header_block(buf, pos)
                 else:
                     self._on_header_line(line)
         finally:
@@ -405,42 +407,56 @@ class FrameParser:
                 del buf[:pos]
                 self._scan = max(0, self._scan - pos)
 
-    def _header_block(self, buf, pos):
-        """Read all of a frame's header lines at once when its blank line is buffered
-        (the common case: a client writes a frame in one piece); return where the body
-        starts, or C{pos} to leave them to the line-by-line path, which also reports any
-        error in them (so both paths raise the same errors in the same order).
+    def _head(self, buf, pos):
+        """Read a frame's command and header lines in one pass when its blank line is
+        buffered (the common case: a client writes a frame in one piece), and start its
+        body; return where the body starts, or -1 to leave the frame to the
+        line-by-line path. That path takes whatever is out of the ordinary (a heart-beat,
+        a line over a limit, a command not expected, escapes, UTF-8, a line without a
+        colon) and reports any error in it, so both paths raise the same errors in the
+        same order.
 
         The blank line is only looked for in the next L{_BLOCK_WINDOW} octets, so a
         stream of frames never makes us search far past the frame at hand.
         """
-        window = pos - 1 + _BLOCK_WINDOW    # from the command line's LF
-        blank = buf.find(b"\n\n", pos - 1, window)
-        crlf = buf.find(b"\n\r\n", pos - 1, window if blank < 0 else blank + 1)
+        window = pos + _BLOCK_WINDOW
+        blank = buf.find(b"\n\n", pos, window)
+        crlf = buf.find(b"\n\r\n", pos, window if blank < 0 else blank + 1)
         if crlf >= 0:
             end, start = crlf, crlf + 3
         elif blank >= 0:
             end, start = blank, blank + 2
         else:
-            return pos
-        if end < pos:             # no headers at all
-            self._headers = []
-            self._start_body()
-            return start
-        block = bytes(buf[pos:end])
-        if not block.isascii() or (self._unescape is not None and b"\\" in block):
-            return pos            # escapes or UTF-8: the line path decodes them
-        lines = block.decode("ascii").split("\n")
-        if b"\r" in block:
+            return -1
+        head = buf[pos:end]
+        if not head.isascii():
+            return -1             # UTF-8 headers: the line path decodes them
+        lines = head.decode("ascii").split("\n")
+        if b"\r" in head:
             lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+        command = lines[0]
         limits = self.limits
-        if len(lines) > limits.max_headers or max(map(len, lines)) > limits.max_header_line:
-            return pos
-        parts = [line.partition(":") for line in lines]
-        for _name, colon, _value in parts:
+        if not command or len(command) > limits.max_command_line or (
+                self.expect is not None and command not in self.expect):
+            return -1
+        unescape = None if command in _UNESCAPED else _UNESCAPERS.get(self.version)
+        if unescape is not None and b"\\" in head:
+            return -1             # escapes: the line path undoes them
+        del lines[0]
+        if len(lines) > limits.max_headers or (
+                lines and max(map(len, lines)) > limits.max_header_line):
+            return -1
+        headers = []
+        append = headers.append
+        for line in lines:
+            name, colon, value = line.partition(":")
             if not colon:
-                return pos
-        self._headers = [(name, value) for name, _colon, value in parts]
+                return -1
+            append((name, value))
+        self._command = command
+        self._unescape = unescape
+        self._headers = headers
+        self._length = None
         self._start_body()
         return start
 
@@ -515,18 +531,23 @@ class FrameParser:
 
     def _start_body(self):
         self._state = _BODY
-        self._limit = self.limits.max_body_size
+        limits = self.limits
+        self._limit = limits.max_body_size
         self._guaranteed = False
-        if self._command == "SEND" and self.limits.max_guaranteed_size is not None:
-            # First header wins (1.2), as everywhere else.
-            persistent = next((v for n, v in self._headers if n == "persistent"), None)
-            if persistent == "true":
-                self._guaranteed = True
-                self._limit = self.limits.max_guaranteed_size
+        # One pass for both headers the body depends on; the first of each wins (1.2).
+        length = persistent = None
         for name, value in self._headers:
             if name == "content-length":
-                self._length = self._content_length(value)
-                break
+                if length is None:
+                    length = value
+            elif name == "persistent" and persistent is None:
+                persistent = value
+        if (persistent == "true" and self._command == "SEND"
+                and limits.max_guaranteed_size is not None):
+            self._guaranteed = True
+            self._limit = limits.max_guaranteed_size
+        if length is not None:
+            self._length = self._content_length(length)
 
     def _content_length(self, value):
         limit = self._limit
@@ -535,9 +556,12 @@ class FrameParser:
                              f"content-length {value[:40]!r} is not a number of octets")
         # Length check before int(): a 5000-digit number must not reach int() (which
         # refuses more than 4300 digits) or anything else.
-        if len(value) > len(str(limit)) or int(value) > limit:
+        if len(value) > len(str(limit)):
             raise self._too_big(int(value) if len(value) <= 20 else None)
-        return int(value)
+        length = int(value)
+        if length > limit:
+            raise self._too_big(length if len(value) <= 20 else None)
+        return length
 
     def _too_big(self, size=None):
         limit = self._limit
