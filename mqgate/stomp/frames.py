@@ -235,6 +235,8 @@ class HeaderBlock:
 
     def encoded(self, version):
         """The header lines for C{version}, without those of L{MESSAGE_OWN_HEADERS}."""
+        if not self.pairs:
+            return b""
         data = self._encoded.get(version)
         if data is None:
             data = self._encoded[version] = _header_lines(
