@@ -98,7 +98,7 @@ def send_to_message(destination, headers, body, limits=None, cache=None):
     @return: C{(encoded, (headers, body))}; the body is a view of the message's bytes.
     @raise MappingError: as L{frame_to_message}.
     """
-    encoded, _seen, app = _frame_to_message(destination, headers, body, cache)
+    encoded, app = _frame_to_message(destination, headers, body, cache)
     out = _Headers(limits or DEFAULT_RENDER_LIMITS)
     _mapped_headers(out, encoded.properties, encoded.header, 0, None, None)
     for key, value in app.items():   # strings all: no decoding, no stepping over
@@ -130,12 +130,12 @@ class SectionCache:
         self.limit = limit
         self._kept = {}
 
-    def sections(self, key, make):
+    def sections(self, key, make, *args):
         """C{(prefix bytes, bare_start, header, properties)} for C{key}, made by
-        C{make()} (which raises for values AMQP cannot take) when not kept."""
+        C{make(*args)} (which raises for values AMQP cannot take) when not kept."""
         kept = self._kept.get(key)
         if kept is None:
-            kept = make()
+            kept = make(*args)
             if len(self._kept) >= self.limit:
                 self._kept.clear()
             self._kept[key] = kept
@@ -143,53 +143,58 @@ class SectionCache:
 
 
 def _frame_to_message(destination, headers, body, cache=None):
-    """L{frame_to_message}, and the first value of each header (C{seen}) and the
-    application properties (C{app}) it was made from; with a L{SectionCache}, the
-    header and properties sections come from it when it has them."""
+    """L{frame_to_message}, and the application properties (C{app}) it was made from;
+    with a L{SectionCache}, the header and properties sections come from it when it
+    has them."""
     seen = {}
     app = {}
+    mapped = [destination]   # the cache's key: what the two sections are made of
     for name, value in headers:
         if name in seen or name in _FRAME_HEADERS:
             continue
         seen[name] = value
-        if name not in _MAPPED:
+        if name in _MAPPED:
+            mapped.append(name)
+            mapped.append(value)
+        else:
             app[name] = value
-    get = seen.get
-    durable = get("persistent", "").lower() == "true"
-
-    def make():
-        priority = get("priority")
-        ttl = get("expiration")
-        header = None
-        if durable or priority is not None or ttl is not None:
-            header = Header(
-                durable=durable,
-                priority=UByte(_int_header("priority", priority, 0, 9)) if priority else 4,
-                ttl=UInt(_int_header("expiration", ttl, 0, 0xFFFFFFFF)) if ttl else None)
-        expires = get("expires")
-        properties = Properties(
-            message_id=get("message-id"), to=destination, subject=get("subject"),
-            reply_to=get("reply-to"), correlation_id=get("correlation-id"),
-            content_type=_content_type(get("content-type")),
-            absolute_expiry_time=Timestamp(_int_header("expires", expires, 0, 2**62))
-            if expires and expires != "0" else None)
-        out = bytearray()
-        if header is not None:
-            header.encode(out)
-        bare_start = len(out)
-        properties.encode(out)
-        return bytes(out), bare_start, header, properties
-
     if cache is None or "message-id" in seen:
-        prefix, bare_start, header, properties = make()
+        prefix, bare_start, header, properties = _sections(destination, seen)
     else:
+        # The same values in another order make another key, and the same sections.
         prefix, bare_start, header, properties = cache.sections(
-            (destination, durable, get("priority"), get("expiration"), get("expires"),
-             get("subject"), get("reply-to"), get("correlation-id"), get("content-type")),
-            make)
+            tuple(mapped), _sections, destination, seen)
     encoded = finish_message(bytearray(prefix), bare_start, None, header, properties,
                              app or None, bytes(body))
-    return encoded, seen, app
+    return encoded, app
+
+
+def _sections(destination, seen):
+    """The encoded header and properties sections of a SEND whose headers (first of
+    each) are C{seen}: C{(bytes, bare_start, header, properties)}."""
+    get = seen.get
+    durable = get("persistent", "").lower() == "true"
+    priority = get("priority")
+    ttl = get("expiration")
+    header = None
+    if durable or priority is not None or ttl is not None:
+        header = Header(
+            durable=durable,
+            priority=UByte(_int_header("priority", priority, 0, 9)) if priority else 4,
+            ttl=UInt(_int_header("expiration", ttl, 0, 0xFFFFFFFF)) if ttl else None)
+    expires = get("expires")
+    properties = Properties(
+        message_id=get("message-id"), to=destination, subject=get("subject"),
+        reply_to=get("reply-to"), correlation_id=get("correlation-id"),
+        content_type=_content_type(get("content-type")),
+        absolute_expiry_time=Timestamp(_int_header("expires", expires, 0, 2**62))
+        if expires and expires != "0" else None)
+    out = bytearray()
+    if header is not None:
+        header.encode(out)
+    bare_start = len(out)
+    properties.encode(out)
+    return bytes(out), bare_start, header, properties
 
 
 def _text(value):
