@@ -430,11 +430,12 @@ class FrameParser:
             end, start = blank, blank + 2
         else:
             return -1
-        head = buf[pos:end]
-        if not head.isascii():
+        try:
+            head = buf[pos:end].decode("ascii")
+        except UnicodeDecodeError:
             return -1             # UTF-8 headers: the line path decodes them
-        lines = head.decode("ascii").split("\n")
-        if b"\r" in head:
+        lines = head.split("\n")
+        if "\r" in head:
             lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
         command = lines[0]
         limits = self.limits
@@ -442,11 +443,13 @@ class FrameParser:
                 self.expect is not None and command not in self.expect):
             return -1
         unescape = None if command in _UNESCAPED else _UNESCAPERS.get(self.version)
-        if unescape is not None and b"\\" in head:
+        if unescape is not None and "\\" in head:
             return -1             # escapes: the line path undoes them
         del lines[0]
+        # No line is longer than all of them: most frames need no look at each.
         if len(lines) > limits.max_headers or (
-                lines and max(map(len, lines)) > limits.max_header_line):
+                len(head) > limits.max_header_line
+                and max(map(len, lines)) > limits.max_header_line):
             return -1
         headers = []
         append = headers.append

@@ -138,3 +138,27 @@ def test_valid_stream_gives_the_expected_events():
     events = feed(connected("1.2"), VALID)
     assert [type(e).__name__ for e in events] == [
         "Send", "Subscribe", "Ack", "Nack", "Begin", "Disconnect"]
+
+
+def parse_outcome(version, data, pieces):
+    """The frames a parser makes of C{data} fed in C{pieces} octets at a time (all at
+    once for None), and the error that stopped it (type and text), or None."""
+    parser = FrameParser(version, SMALL)
+    items, step = [], pieces or max(len(data), 1)
+    try:
+        for start in range(0, len(data), step):
+            items += parser.feed(data[start:start + step])
+        items += parser.feed(b"")   # an error kept behind the frames before it
+    except Exception as error:
+        return items, (type(error).__name__, str(error))
+    return items, None
+
+
+@FUZZ
+@given(version=st.sampled_from(["1.0", "1.1", "1.2"]), edits=EDITS)
+def test_whole_frames_and_single_octets_parse_alike(version, edits):
+    """S10.2, S10.4: whether a frame arrives in one piece (its headers read in one pass)
+    or an octet at a time (line by line), the same frames come out and the same error
+    stops the parser: CRs, escapes, colons and NULs put anywhere change nothing."""
+    data = mutate(VALID, edits).replace(b"SUBSCRIBE", "SUBSCRIBE\nh:é".encode())
+    assert parse_outcome(version, data, None) == parse_outcome(version, data, 1)
