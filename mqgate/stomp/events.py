@@ -34,8 +34,8 @@ class ConnectRequested:
 
 
 # Send and Ack, one per message, are not frozen: a frozen dataclass sets each field
-# through object.__setattr__, which made a Send cost 0.9 us to build against 0.15 us
-# (issue 17). Nothing changes an event once the engine has made it.
+# through object.__setattr__, which made a Send cost 0.9 us to build against 0.15 us,
+# a fifth of parsing its frame. Nothing changes an event once the engine has made it.
 @dataclass(slots=True)
 class Send:
     """SEND: publish C{body} to C{destination} (within C{transaction} if not None).
