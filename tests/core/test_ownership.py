@@ -1,4 +1,4 @@
-"""Ownership of temporary destinations and durable subscriptions (issue 11): who may
+"""Ownership of temporary destinations and durable subscriptions: who may
 receive from a temporary queue or topic, and who may resume or delete a durable
 subscription, in the core."""
 

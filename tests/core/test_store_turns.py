@@ -1,5 +1,5 @@
 """
-The core hands the store a reactor turn's adds and removals as one call (issue 17;
+The core hands the store a reactor turn's adds and removals as one call (see
 mqgate/core/persistence.py, "Writes of a reactor turn"): with a Clock and a store that
 answers when the test says, what is written when, and who hears what.
 """

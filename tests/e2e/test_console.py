@@ -1,4 +1,4 @@
-"""The web console (issue 16) in a real browser: Debian's Chromium, headless, driven by
+"""The web console in a real browser: Debian's Chromium, headless, driven by
 Playwright, against a real `twistd -n mqgate` broker, with stomp.py clients making the
 traffic an operator would watch.
 

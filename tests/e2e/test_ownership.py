@@ -1,4 +1,4 @@
-"""Ownership of temporary queues and durable subscriptions, end to end (issue 11).
+"""Ownership of temporary queues and durable subscriptions, end to end.
 
 Two users besides admin, alice and bob, log in to the real broker with passwords (no
 anonymous logins): a temporary queue is readable only by the connection that made it,

@@ -391,7 +391,7 @@ def test_send_limit_by_class(persistent, size, refused):
             assert len(FrameParser("1.2", limits).feed(raw)[0].body) == size
 
 
-# -- the header block in one pass (issue 17: one pass over the headers) ---------------------
+# -- the header block in one pass ---------------------------------------------------------
 
 def outcome(feeds, version, limits):
     """The frames, or the error, of feeding the pieces in C{feeds} one after the other."""

@@ -1,5 +1,5 @@
 """
-The file store's C{write_batch} (issue 17: a reactor turn's adds and removals as one
+The file store's C{write_batch} (a reactor turn's adds and removals as one
 store call): one record and one write, all or nothing on disk; refusals one by one;
 under a disk fault its adds are refused as a single add is and its removals kept
 (S3.4, S3.6).
