@@ -63,16 +63,13 @@ class Delivery:
     @ivar tag: a free slot for the glue (the AMQP delivery id, typically).
     """
 
-    __slots__ = ("message", "consumer", "delivery_count", "tag", "_avoid")
+    __slots__ = ("message", "consumer", "delivery_count", "tag")
 
     def __init__(self, message, consumer, delivery_count):
         self.message = message
         self.consumer = consumer
         self.delivery_count = delivery_count
         self.tag = None
-        # Set while the message waits, after MODIFIED(undeliverable-here), for a
-        # consumer other than this one.
-        self._avoid = None
 
     @property
     def redelivered(self):
@@ -102,7 +99,7 @@ class Consumer:
     """
 
     __slots__ = ("address", "presettled", "credit", "target", "queue", "closed",
-                 "selector", "_unsettled", "_in_ready", "_on_close", "_withheld")
+                 "selector", "_unsettled", "_on_close", "_withheld")
 
     def __init__(self, address, queue, target, *, presettled=False, selector=None,
                  on_close=None):
@@ -115,8 +112,6 @@ class Consumer:
         self.closed = False
         # delivery -> True, insertion-ordered: the order deliveries were handed out.
         self._unsettled = {}
-        # True while this consumer sits in its queue's ready deque (or is being served).
-        self._in_ready = False
         self._on_close = on_close
         # Credit offered that consumerFlowLimit keeps back for now (S2.3, set_credit).
         self._withheld = 0
