@@ -126,12 +126,18 @@ class Consumer:
         return len(self._unsettled)
 
     def handed(self, delivery):
-        """Its queue handed it C{delivery}: in flight until settled."""
-        self._unsettled[delivery] = True
+        """Its queue handed it C{delivery}: one credit less, and the delivery in flight
+        until settled (unless this consumer is pre-settled)."""
+        self.credit -= 1
+        if not self.presettled:
+            self._unsettled[delivery] = True
 
     def take_back(self, delivery):
         """Its queue takes C{delivery} back (the target failed to take it); whether
-        it was still unsettled."""
+        it was still unsettled. The consumer gets no more until its glue gives it
+        credit again, so a target that fails on everything cannot make a dispatch run
+        go round for ever."""
+        self.credit = 0
         return self._unsettled.pop(delivery, False)
 
     def set_credit(self, credit):
@@ -192,15 +198,15 @@ class Consumer:
         if not self._unsettled.pop(delivery, False):
             return
         queue = self.queue
+        message = delivery.message
         # No longer in flight nor held, bytes included (S2.2, S2.3); an outcome that
         # gives the message back holds it again.
-        queue.settled(delivery.message.size)
         if outcome == ACCEPTED:
-            queue.messages_out += 1
-            queue.bytes_out += delivery.message.size
-            if queue.store is not None and delivery.message.durable:
-                queue.store.remove(delivery.message)
-        elif outcome == RELEASED:
+            queue.settled(message.size, message)   # and gone for good
+            self._flow_room()
+            return
+        queue.settled(message.size)
+        if outcome == RELEASED:
             queue.requeue(delivery)
         elif outcome == MODIFIED:
             if delivery_failed or undeliverable_here:
@@ -216,8 +222,7 @@ class Consumer:
             else:
                 queue.requeue(delivery)
         else:   # REJECTED
-            queue.rejected += 1
-            queue.dead_delivery(delivery, reason)
+            queue.rejected_delivery(delivery, reason)
         self._flow_room()
 
     def _flow_room(self):
