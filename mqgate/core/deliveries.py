@@ -63,16 +63,13 @@ class Delivery:
     @ivar tag: a free slot for the glue (the AMQP delivery id, typically).
     """
 
-    __slots__ = ("message", "consumer", "delivery_count", "tag", "_avoid")
+    __slots__ = ("message", "consumer", "delivery_count", "tag")
 
     def __init__(self, message, consumer, delivery_count):
         self.message = message
         self.consumer = consumer
         self.delivery_count = delivery_count
         self.tag = None
-        # Set while the message waits, after MODIFIED(undeliverable-here), for a
-        # consumer other than this one.
-        self._avoid = None
 
     @property
     def redelivered(self):
@@ -102,7 +99,7 @@ class Consumer:
     """
 
     __slots__ = ("address", "presettled", "credit", "target", "queue", "closed",
-                 "selector", "_unsettled", "_in_ready", "_on_close", "_withheld")
+                 "selector", "_unsettled", "_on_close", "_withheld")
 
     def __init__(self, address, queue, target, *, presettled=False, selector=None,
                  on_close=None):
@@ -115,8 +112,6 @@ class Consumer:
         self.closed = False
         # delivery -> True, insertion-ordered: the order deliveries were handed out.
         self._unsettled = {}
-        # True while this consumer sits in its queue's ready deque (or is being served).
-        self._in_ready = False
         self._on_close = on_close
         # Credit offered that consumerFlowLimit keeps back for now (S2.3, set_credit).
         self._withheld = 0
@@ -131,12 +126,18 @@ class Consumer:
         return len(self._unsettled)
 
     def handed(self, delivery):
-        """Its queue handed it C{delivery}: in flight until settled."""
-        self._unsettled[delivery] = True
+        """Its queue handed it C{delivery}: one credit less, and the delivery in flight
+        until settled (unless this consumer is pre-settled)."""
+        self.credit -= 1
+        if not self.presettled:
+            self._unsettled[delivery] = True
 
     def take_back(self, delivery):
         """Its queue takes C{delivery} back (the target failed to take it); whether
-        it was still unsettled."""
+        it was still unsettled. The consumer gets no more until its glue gives it
+        credit again, so a target that fails on everything cannot make a dispatch run
+        go round for ever."""
+        self.credit = 0
         return self._unsettled.pop(delivery, False)
 
     def set_credit(self, credit):
@@ -197,15 +198,15 @@ class Consumer:
         if not self._unsettled.pop(delivery, False):
             return
         queue = self.queue
+        message = delivery.message
         # No longer in flight nor held, bytes included (S2.2, S2.3); an outcome that
         # gives the message back holds it again.
-        queue.settled(delivery.message.size)
         if outcome == ACCEPTED:
-            queue.messages_out += 1
-            queue.bytes_out += delivery.message.size
-            if queue.store is not None and delivery.message.durable:
-                queue.store.remove(delivery.message)
-        elif outcome == RELEASED:
+            queue.settled(message.size, message)   # and gone for good
+            self._flow_room()
+            return
+        queue.settled(message.size)
+        if outcome == RELEASED:
             queue.requeue(delivery)
         elif outcome == MODIFIED:
             if delivery_failed or undeliverable_here:
@@ -221,8 +222,7 @@ class Consumer:
             else:
                 queue.requeue(delivery)
         else:   # REJECTED
-            queue.rejected += 1
-            queue.dead_delivery(delivery, reason)
+            queue.rejected_delivery(delivery, reason)
         self._flow_room()
 
     def _flow_room(self):

@@ -251,16 +251,25 @@ class Queue(_Operated):
         """Messages handed to consumers and not settled yet."""
         return self._in_flight
 
-    def settled(self, size):
+    def settled(self, size, accepted=None):
         """A delivery of a message of C{size} bytes was settled: it is no longer in
         flight, and no longer held (a settlement that gives it back holds it again, by
-        L{requeue} or L{park}). The one way a settlement reaches the queue."""
+        L{requeue} or L{park}). The one way a settlement reaches the queue.
+
+        @param accepted: the message, when the settlement accepted it: it left for good
+            (counted out, and out of the store).
+        """
         self._in_flight -= 1
         self._flight_bytes -= size
         self._bytes -= size
         system = self._system
         system.count -= 1
         system.bytes -= size
+        if accepted is not None:
+            self.messages_out += 1
+            self.bytes_out += size
+            if self.store is not None and accepted.durable:
+                self.store.remove(accepted)
         if self.full:
             self._ease()
 
@@ -666,7 +675,7 @@ class Queue(_Operated):
     def _hand(self, consumer, message, delivery_count):
         delivery = Delivery(message, consumer, delivery_count)
         # Book-keeping first: the target may settle or close re-entrantly.
-        consumer.credit -= 1
+        consumer.handed(delivery)
         self.delivered += 1
         if consumer.presettled:
             # Gone once handed over: no longer held.
@@ -678,7 +687,6 @@ class Queue(_Operated):
             self.bytes_out += message.size
         else:
             # Still held, in flight, until settled (bytes too: S2.2, S2.3).
-            consumer.handed(delivery)
             self._in_flight += 1
             self._flight_bytes += message.size
         if self.full:
@@ -694,19 +702,18 @@ class Queue(_Operated):
             self.store.remove(message)   # at-most-once: gone once handed over
 
     def _not_handed(self, consumer, delivery):
-        # The target raised: take the hand-over back and keep the message for another
-        # consumer. This one gets no more until its glue gives it credit again, so a
-        # target that fails on everything cannot make a dispatch run go round for ever.
+        # The target raised: take the hand-over back (the consumer's credit with it)
+        # and keep the message for another consumer.
         message = delivery.message
         _log.failure("consumer {consumer} of {queue} failed to take message {id}; "
                      "it waits for another consumer", consumer=consumer.address,
                      queue=self.name, id=message.message_id)
-        consumer.credit = 0
+        unsettled = consumer.take_back(delivery)
         self.delivered -= 1
         if consumer.presettled:
             self.messages_out -= 1
             self.bytes_out -= message.size
-        elif consumer.take_back(delivery):
+        elif unsettled:
             self.settled(message.size)   # park holds it again
         else:
             return   # the target settled it before failing: it is no longer ours
@@ -789,6 +796,12 @@ class Queue(_Operated):
             return
         if message.durable and self.store is not None:
             self.store.remove(message)
+
+    def rejected_delivery(self, delivery, reason):
+        """A consumer rejected C{delivery} (settled): counted, and its message is dead
+        for C{reason} (L{dead_delivery})."""
+        self.rejected += 1
+        self.dead_delivery(delivery, reason)
 
     def dead_delivery(self, delivery, reason):
         """A settled delivery's message is dead (rejected, delivered too often): it

@@ -195,6 +195,7 @@ class EngineProtocol(Protocol):
         self._setup_timeout = None
         self._lane = None       # the pool's way in for our bytes (S1.6); None: direct
         self.refused = None     # why the pool had no room for us, or None
+        self._gate = None       # while refused: the RefusalGate our events go through
         self._login_slot = None  # our place among the unauthenticated (LoginSlots)
         self._pauses = set()    # who wants the socket paused: _POOL, _FLOW
         self._writing_paused = False   # the transport's send buffer is full (S9.3)
@@ -315,10 +316,12 @@ class EngineProtocol(Protocol):
         end = len(events) if budget is None else budget.end(events, start)
         if end < len(events):
             self._held_events, self._held_from = events, end
+        # The one place events reach the glue: a refused connection's go to its gate.
+        handle = self.glue.handle if self._gate is None else self._gate
         if start == 0 and end == len(events):
-            self.glue.handle(events)
+            handle(events)
         elif start < end:
-            self.glue.handle(events[start:end])
+            handle(events[start:end])
 
     def _come_back_for_the_rest(self):
         engine = self.engine
@@ -426,14 +429,16 @@ class EngineProtocol(Protocol):
         else:
             # The refusal is said in the protocol's words once the engine can speak:
             # an AMQP client first gets through SASL, unchecked, then hears it.
-            self.glue.handle = RefusalGate(self._say_refused, self._wave_through)
+            self._gate = RefusalGate(self._say_refused, self._wave_through)
         return False
 
     def _say_refused(self):
         self.factory.abandon(self.engine, "capacity", self.refused)
 
     def _wave_through(self, event):
-        self.glue.handle(self.factory.wave_through(self.engine))
+        # The frames a client pipelined behind its login, which the answer releases,
+        # go through the gate too: its open is answered with the goodbye.
+        self._gate(self.factory.wave_through(self.engine))
 
     def _leave_pool(self):
         lane, self._lane = self._lane, None

@@ -646,7 +646,7 @@ _ANSWERED_WHILE_REFUSED = (AuthenticationRequested,)
 
 
 class RefusalGate:
-    """The C{handle} of a refused connection's glue (S1.6).
+    """What a refused connection's engine events go to instead of its glue (S1.6).
 
     A login is answered by C{wave_through(event)} without a password check (the
     connection is closed at the next step, so a slow hash would be wasted on it); at
@@ -654,9 +654,10 @@ class RefusalGate:
     once, and from then on nothing reaches the glue: a refused peer never gets a
     session, a link or a message in.
 
-    It replaces C{handle} on the glue I{instance}, because a glue re-enters its own
-    C{self.handle} with the events an authentication outcome releases (the frames a
-    client pipelined behind its login); a wrapper around the glue would miss those.
+    The connection's adapter holds it and hands it every event while refused; the
+    glue never sees one, so it never starts a login and never re-enters its own
+    C{handle}. C{wave_through} feeds what the login's answer releases (the frames a
+    client pipelined behind it) back into the gate.
     """
 
     def __init__(self, goodbye, wave_through):

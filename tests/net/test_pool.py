@@ -21,7 +21,8 @@ from mqgate.glue.egress import Egress
 from mqgate.amqp import conditions as c
 from mqgate.amqp.connection import Connection
 from mqgate.amqp.events import AuthenticationRequested, ConnectionClosed, ConnectionOpened
-from mqgate.amqp.performatives import RECEIVER, Attach, Begin, Open, Source, Target
+from mqgate.amqp.performatives import (
+    RECEIVER, Attach, Begin, Close, Open, Source, Target)
 from mqgate.config import Settings
 from mqgate.core.broker import Broker
 from mqgate.errors import ConfigError
@@ -711,6 +712,31 @@ def test_earlier_connections_keep_working_and_a_freed_slot_admits_again(amqp):
     assert fourth.close_error() is None
     assert any(isinstance(e, ConnectionOpened) for e in fourth.events)
     assert amqp.pool.stats()["connections"] == 2
+
+
+def test_a_refused_client_gets_nothing_it_pipelined_behind_its_login(amqp):
+    """A refused client that writes its open, begin and attach behind its SASL init,
+    in one read, has its login answered unchecked and is closed at its open: the frames
+    the answer releases never reach the broker (S1.6)."""
+    amqp.connect(), amqp.connect()
+    peer = AmqpPeer(amqp.factory, 40999)
+    peer.protocol.dataReceived(peer.client.data_to_send())   # its SASL header
+    peer.events += peer.client.receive_data(peer.transport.value())  # the mechanisms
+    peer.written += peer.transport.value()
+    peer.transport.clear()
+    sasl_init = peer.client.data_to_send()
+    behind = Connection(server=False, container_id="pipelining", idle_timeout=None)
+    behind.begin_session().attach_link("rcv", RECEIVER).attach(
+        source=Source(address="q1"), target=Target(address="q1"))
+    peer.protocol.dataReceived(sasl_init + behind.data_to_send())
+    amqp.clock.advance(0)
+    peer.written += peer.transport.value()
+    assert amqp.authenticator.pending == []   # no password check for it
+    [close] = peer.performatives(Close)
+    assert str(close.error.condition) == c.RESOURCE_LIMIT_EXCEEDED
+    assert peer.performatives(Begin) == [] and peer.performatives(Attach) == []
+    assert amqp.broker.queues() == []
+    assert peer.transport.disconnecting
 
 
 def test_a_refused_connection_takes_no_worker(amqp):
