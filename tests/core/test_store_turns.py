@@ -65,6 +65,18 @@ def outcomes(ds):
     return box
 
 
+def _turn_of_two():
+    """A consumer on queue q, and a turn that sent two persistent messages to it and
+    ended: its write is with the store, not answered yet."""
+    store = _BatchStore()
+    broker, clock = broker_on(store)
+    consumer, target = consume(broker, "queue://q", credit=10)
+    producer = broker.open_producer("queue://q")
+    answered = outcomes([send(producer, b"a"), send(producer, b"b")])
+    clock.advance(0)
+    return store, broker, target, answered
+
+
 def test_a_turns_adds_and_removals_are_one_store_call_at_its_end():
     """Everything a turn stores and removes reaches the store as one write_batch
     call, in call order, once the turn is over (clock.advance(0))."""
@@ -90,12 +102,7 @@ def test_a_turns_adds_and_removals_are_one_store_call_at_its_end():
 def test_answers_and_deliveries_wait_for_the_write():
     """S3.4, S3.6: a turn's producers hear nothing and its messages reach no consumer
     until the store says the write is durable; then all, in order."""
-    store = _BatchStore()
-    broker, clock = broker_on(store)
-    consumer, target = consume(broker, "queue://q", credit=10)
-    producer = broker.open_producer("queue://q")
-    answered = outcomes([send(producer, b"a"), send(producer, b"b")])
-    clock.advance(0)
+    store, broker, target, answered = _turn_of_two()
     assert answered == [] and target.payloads == []
     store.answer()
     assert answered == [None, None]
@@ -106,12 +113,7 @@ def test_a_failed_write_fails_every_message_of_its_turn_as_one_add_would():
     """S3.6: when the store refuses a turn's write (a full disk), each of its producers
     is refused with what a single refused add gave: a resource limit exceeded and
     the cause; nothing is delivered."""
-    store = _BatchStore()
-    broker, clock = broker_on(store)
-    consumer, target = consume(broker, "queue://q", credit=10)
-    producer = broker.open_producer("queue://q")
-    answered = outcomes([send(producer, b"a"), send(producer, b"b")])
-    clock.advance(0)
+    store, broker, target, answered = _turn_of_two()
     full = StoreFailed(OSError(28, "No space left on device"))
     store.answer({0: full, 1: full})
     assert [f.check(StorageFailed) for f in answered] == [StorageFailed] * 2
@@ -126,13 +128,8 @@ def test_a_failed_write_fails_every_message_of_its_turn_as_one_add_would():
 
 def test_a_refusal_is_its_own_messages_alone():
     """One add refused by the store (a bug: a duplicate id) fails its producer with
-    amqp:internal-error; the other messages of the turn are stored and delivered."""
-    store = _BatchStore()
-    broker, clock = broker_on(store)
-    consumer, target = consume(broker, "queue://q", credit=10)
-    producer = broker.open_producer("queue://q")
-    answered = outcomes([send(producer, b"a"), send(producer, b"b")])
-    clock.advance(0)
+    an internal error; the other messages of the turn are stored and delivered."""
+    store, broker, target, answered = _turn_of_two()
     store.answer({0: DuplicateMessage("queue://q", 1)})
     assert answered[0].value.kind is ErrorKind.INTERNAL
     assert answered[1] is None and target.payloads == [b"b"]
