@@ -379,18 +379,20 @@ class Queue(_Operated):
                     if self._again:
                         self.dispatch()
                     return
-                backlog.append(message)
-                if self.full and limits.removes:
-                    self._make_room(message)
+                self._wait(message)   # refused by every ready consumer: no run needed
                 return
-        # It waits.
-        backlog.append(message)
-        if self.full and limits.removes:
-            self._make_room(message)
+        self._wait(message)
         if ready:
             self.dispatch()
 
     enqueue = publish
+
+    def _wait(self, message):
+        # The message joins the backlog; a full queue whose limit behaviour removes
+        # waiting messages (oldest, or lowest priority) makes room (S2.3).
+        self.backlog.append(message)
+        if self.full and self.limits.removes:
+            self._make_room(message)
 
     def _hand_alone(self, consumer, message):
         # One message handed over without a plan (S2.8's publish, as the fast path
