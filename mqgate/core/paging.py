@@ -183,7 +183,6 @@ class Pager:
     def _read(self, queue, message):
         self._reading.add(message)
         self._in_flight[queue] = self._in_flight.get(queue, 0) + 1
-        self._persistence.flush()   # the store answers in call order
         d = self._persistence.store.read_message(queue.store.key, message.seq)
         d.addCallbacks(self._back, self._failed, callbackArgs=(queue, message),
                        errbackArgs=(queue, message))
@@ -252,7 +251,6 @@ class Pager:
         """Read C{message}'s body back for C{then()} (it died and goes to the dead
         message queue, which keeps a copy of it). A failed read is logged and leaves
         the message in the store (it comes back after a restart)."""
-        self._persistence.flush()   # the store answers in call order
         d = self._persistence.store.read_message(queue.store.key, message.seq)
 
         def back(data):

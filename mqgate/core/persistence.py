@@ -124,12 +124,11 @@ class QueueStore:
     @ivar key: the store key (C{'queue://orders'}, or a L{durable_key}).
     """
 
-    __slots__ = ("key", "_persistence", "_store")
+    __slots__ = ("key", "_persistence")
 
     def __init__(self, persistence, key):
         self.key = key
         self._persistence = persistence
-        self._store = persistence.store
 
     def __repr__(self):
         return f"<QueueStore {self.key!r}>"
@@ -149,9 +148,9 @@ class QueueStore:
 
     def count(self, message, delivery_count):
         """A delivery of C{message} failed: remember how many times it did (S2.9)."""
-        self._persistence.flush()
-        self._store.update_delivery_count(self.key, message.seq, delivery_count).addErrback(
-            self._persistence.failed, "record a delivery count in", self.key)
+        p = self._persistence
+        p.store.update_delivery_count(self.key, message.seq, delivery_count).addErrback(
+            p.failed, "record a delivery count in", self.key)
 
 
 def stored_on(queues, message):
@@ -216,7 +215,7 @@ class Persistence:
     log = Logger(namespace="mqgate.persistence")
 
     def __init__(self, store, encode, decode, clock=None):
-        self.store = store
+        self._store = store
         self.encode = encode
         self.decode = decode
         self.failures = {}
@@ -243,6 +242,16 @@ class Persistence:
         if message.expiry is None and not keep_expiry:
             return data
         return _with_expiry(data, message.expiry)
+
+    @property
+    def store(self):
+        """The store, once this turn's adds and removals are handed to it: whoever
+        calls it directly (a destination, a durable, a delivery count, a transaction,
+        a dead-letter move, a paged body read back, an operator's compaction) comes
+        after them, so the store sees every call in call order (a removal is never
+        written before its add, nor a read before the write)."""
+        self.flush()
+        return self._store
 
     def add(self, key, message):
         """Store C{message} under C{key} with this turn's writes: a Deferred that fires
@@ -274,8 +283,8 @@ class Persistence:
             return
         answers = self._answers
         self._ops, self._answers = [], []
-        write = getattr(self.store, "write_batch", None)
-        d = write(ops) if write is not None else _write_one_by_one(self.store, ops)
+        write = getattr(self._store, "write_batch", None)
+        d = write(ops) if write is not None else _write_one_by_one(self._store, ops)
         d.addCallbacks(self._written, self._not_written, (ops, answers), None,
                        (ops, answers))
         d.addErrback(lambda failure: self.log.failure("answering stored messages",
@@ -317,19 +326,16 @@ class Persistence:
 
     def destination_created(self, kind, name):
         if not self._restoring:
-            self.flush()
             self.store.add_destination(kind, name, {}).addErrback(
                 self.failed, "store destination", canonical(kind, name))
 
     def destination_updated(self, kind, name, attributes):
         """Store destination C{(kind, name)} again with C{attributes} (its limits, set
         by an operator): the store replaces what it had."""
-        self.flush()
         self.store.add_destination(kind, name, attributes).addErrback(
             self.failed, "store the attributes of destination", canonical(kind, name))
 
     def destination_deleted(self, kind, name):
-        self.flush()
         self.store.remove_destination(kind, name).addErrback(
             self.failed, "forget destination", canonical(kind, name))
 
@@ -338,12 +344,10 @@ class Persistence:
         store replaces what it had)."""
         if not self._restoring:
             text = None if selector is None else selector.text
-            self.flush()
             self.store.add_durable(container_id, name, topic, text, owner).addErrback(
                 self.failed, "store durable subscription", durable_key(container_id, name))
 
     def durable_deleted(self, container_id, name):
-        self.flush()
         self.store.remove_durable(container_id, name).addErrback(
             self.failed, "forget durable subscription", durable_key(container_id, name))
 
@@ -351,7 +355,7 @@ class Persistence:
         """The store's health as data (C{state}: healthy, failing or broken; while
         failing C{reason}, C{advice}, C{seconds}, C{refused}; C{pending} writes), for
         the admin; C{None} when the store does not tell."""
-        health = getattr(self.store, "health", None)
+        health = getattr(self._store, "health", None)
         return None if health is None else health.status()
 
     # -- transactions (S3.1, S6.3) -------------------------------------------------------
@@ -367,7 +371,6 @@ class Persistence:
         @return: a Deferred firing once the commit is durable; on a failure the store
             transaction is rolled back and the Deferred fails.
         """
-        self.flush()
         store = self.store
         d = store.begin(txn_id)
 

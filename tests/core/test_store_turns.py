@@ -174,3 +174,18 @@ def test_a_store_without_write_batch_gets_one_call_per_operation():
     target.settle_all()
     clock.advance(0)
     assert store._ledger.messages == {}
+
+
+def test_whoever_calls_the_store_directly_comes_after_the_turns_writes():
+    """A dead-letter move, a paged body read back or an operator's compaction calls
+    the store itself: the turn's pending writes reach the store before that call."""
+    store = _BatchStore()
+    broker, clock = broker_on(store)
+    broker.create_queue("q")
+    send(broker.open_producer("queue://q"), b"a")
+    assert store.batches() == []
+    broker.persistence.store.begin("move-1")
+    names = [name for name, _ in store.calls]
+    assert names.index("batch") < names.index("begin")
+    clock.advance(0)
+    assert len(store.batches()) == 1
