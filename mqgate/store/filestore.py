@@ -57,6 +57,7 @@ from mqgate.store.interfaces import (
     CorruptStore, IMessageStore, PreparedTransaction, StoreError,
     StoreFailed, StoredMessage, destination_key, durable_key)
 from mqgate.store.memory import PREPARED, Ledger, Txn
+from mqgate.store.reclaim import SegmentUse
 
 __all__ = ["FileStore", "FilePool", "WriteQueue", "DEFAULT_MAX_RECORD_SIZE"]
 
@@ -69,6 +70,8 @@ DEFAULT_COMPACT_THRESHOLD = 0.5
 
 #: Records that only cancel others (their size counts as dead at once).
 _CANCELLING = frozenset((j.REMOVE, j.DROP, j.COMMIT, j.ROLLBACK))
+#: Records of two-phase transactions (SegmentUse leaves their segments to a full pass).
+_TWO_PHASE = frozenset((j.PREPARE, j.COMMIT, j.ROLLBACK))
 
 
 
@@ -356,19 +359,26 @@ class _Record:
     """A journal record. C{key} is C{(destination, message_id)} for a plain add (what
     to take back from the ledger if it is never written). C{raw} is the whole record,
     encoded on the reactor (L{j.record_bytes}), when it needs nothing from the writer
-    thread (no own file); C{parts} is then C{None}."""
+    thread (no own file); C{parts} is then C{None}.
 
-    __slots__ = ("rtype", "parts", "releases", "key", "raw", "entries")
+    The ledger entries it names tell the writer thread's L{SegmentUse} what the record
+    changes: C{entries}, the messages it adds (each learns where it was written, for
+    read_message); C{cancels}, those it removes; C{counted}, the one whose delivery
+    count it records."""
 
-    def __init__(self, rtype, parts, releases=(), key=None, raw=None, entries=()):
+    __slots__ = ("rtype", "parts", "releases", "key", "raw", "entries", "cancels",
+                 "counted")
+
+    def __init__(self, rtype, parts, releases=(), key=None, raw=None, entries=(),
+                 cancels=(), counted=None):
         self.rtype = rtype
         self.parts = parts
         self.releases = releases
         self.key = key
         self.raw = raw
-        # The ledger entries of the messages this record adds: each learns where the
-        # record was written (for read_message).
         self.entries = entries
+        self.cancels = cancels
+        self.counted = counted
 
 
 class _Batch(_Record):
@@ -383,8 +393,9 @@ class _Batch(_Record):
 
     __slots__ = ("added", "removals")
 
-    def __init__(self, parts, raw, releases, entries, added, removals):
-        super().__init__(j.TXN, parts, releases, raw=raw, entries=entries)
+    def __init__(self, parts, raw, releases, entries, added, removals, cancels):
+        super().__init__(j.TXN, parts, releases, raw=raw, entries=entries,
+                         cancels=cancels)
         self.added = added
         self.removals = removals
 
@@ -420,11 +431,12 @@ class _Read:
 
 
 class _Compact:
-    __slots__ = ("threshold", "roll")
+    __slots__ = ("threshold", "roll", "min_gain")
 
-    def __init__(self, threshold, roll):
+    def __init__(self, threshold, roll, min_gain):
         self.threshold = threshold
         self.roll = roll
+        self.min_gain = min_gain
 
 
 class _Close:
@@ -455,6 +467,7 @@ class _Disk:
         self.directory = Path(directory)
         self.sync = sync
         self.journal = j.Journal(self.directory / "journal", segment_size=segment_size)
+        self.use = SegmentUse()
         self.pool = FilePool(self.directory / "large", limit=filepool_limit,
                              cleanratio=cleanratio)
         self.catalogs = {
@@ -475,6 +488,7 @@ class _Disk:
         destinations = self.catalogs["destinations"].load()
         durables = self.catalogs["durables"].load()
         replay, warnings = self.journal.recover(load_data=True)
+        self.use = SegmentUse.of_replay(replay)
         in_use = set()
         for held in replay.live.values():
             for entry in held.values():
@@ -527,14 +541,14 @@ class _Disk:
                 parts = [p.materialize(self.pool, self.sync) if isinstance(p, _LargeAdd)
                          else p for p in op.parts]
                 records.append((op.rtype, parts))
-            locations = self.journal.append(records, sync=self.sync)
+            try:
+                locations = self.journal.append(records, sync=self.sync)
+            except j.JournalWriteError as e:
+                done = e.done
+                self._written(run, e.locations)
+                raise
             done = len(run)
-            for op, (segno, offset, _) in zip(run, locations):
-                for entry in op.entries:
-                    entry.loc = (segno, offset)
-        except j.JournalWriteError as e:
-            done = e.done
-            raise
+            self._written(run, locations)
         except OSError as e:
             raise j.JournalWriteError(0, e) from e
         finally:
@@ -548,6 +562,14 @@ class _Disk:
                     if isinstance(part, _LargeAdd) and part.written:
                         part.written = False
                         self._release(part.rel)
+
+    def _written(self, run, locations):
+        # What the records written change in each segment (and where their adds are).
+        wrote = self.use.wrote
+        for op, (segno, offset, _) in zip(run, locations):
+            if op.entries or op.cancels or op.counted is not None or op.rtype in _TWO_PHASE:
+                wrote(segno, offset, op.rtype in _TWO_PHASE, op.entries, op.cancels,
+                      op.counted)
 
     def _release(self, rel):
         # Best effort: a file left behind is found free by the next recovery's scan.
@@ -574,7 +596,8 @@ class _Disk:
             return None
         if isinstance(op, _Compact):
             try:
-                return self.journal.compact(op.threshold, roll=op.roll)
+                return self.journal.compact(op.threshold, roll=op.roll, use=self.use,
+                                            min_gain=op.min_gain)
             except (OSError, CorruptStore) as e:
                 # The old segments are intact: only this pass failed (S3.6).
                 return OpFailed(StoreError(f"compaction failed: {e}"))
@@ -665,15 +688,18 @@ class _Disk:
 class _Entry:
     """What the ledger keeps per message: its journal bytes and own file, if any."""
 
-    __slots__ = ("size", "rel", "data", "loc")
+    __slots__ = ("size", "rel", "data", "loc", "count_seg")
 
-    def __init__(self, size, rel=None, data=None, loc=None):
+    def __init__(self, size, rel=None, data=None, loc=None, count_seg=None):
         self.size = size
         self.rel = rel
         self.data = data
-        # (segment, offset) of the record that added it, once written; a compaction
-        # may move it since (read_message then looks for it).
+        # (segment, offset) of the record that added it, set on the writer thread once
+        # written, and cleared there once its removal is written (SegmentUse); a
+        # compaction may move it within its segment (read_message then looks for it).
         self.loc = loc
+        # The segment of its latest delivery count record, if any (SegmentUse).
+        self.count_seg = count_seg
 
 
 @implementer(IMessageStore)
@@ -742,6 +768,8 @@ class FileStore:
             "records_per_fsync": jn.records_synced / jn.fsyncs if jn.fsyncs else 0.0,
             "max_records_per_fsync": jn.max_records_per_fsync,
             "bytes_written": jn.bytes_written, "compactions": jn.compactions,
+            "full_compactions": jn.full_compactions,
+            "segments_deleted": jn.segments_deleted,
             "journal_bytes": self._total_bytes, "dead_bytes": self._dead_bytes,
             "pool": dict(self._disk.pool.counts, free=self._disk.pool.free_files()),
         }
@@ -776,18 +804,20 @@ class FileStore:
         for dest, held in replay.live.items():
             recovered.messages[dest] = []
             for mid, e in held.items():
-                ledger.insert(dest, mid, _Entry(e.size, e.file and e.file[0],
-                                                loc=e.loc[:2]))
+                ledger.insert(dest, mid, _Entry(
+                    e.size, e.file and e.file[0], loc=e.loc[:2],
+                    count_seg=e.count_loc and e.count_loc[0]))
                 recovered.messages[dest].append(StoredMessage(dest, mid, e.data, e.count))
-        for txn_id, (_, _, ops) in replay.prepared.items():
-            recovered.prepared[txn_id] = self._restore_prepared(txn_id, ops)
+        for txn_id, (loc, _, ops) in replay.prepared.items():
+            recovered.prepared[txn_id] = self._restore_prepared(txn_id, loc, ops)
         self._total_bytes = sum(replay.segment_bytes.values())
         self._dead_bytes = self._total_bytes - sum(replay.live_bytes().values())
         recovered.max_message_id = max(replay.max_message_id, ledger.max_message_id)
         self._state = "open"
         return recovered
 
-    def _restore_prepared(self, txn_id, ops):
+    def _restore_prepared(self, txn_id, loc, ops):
+        # Its adds stay in the PREPARE record at loc, where SegmentUse counts them.
         txn = self._ledger.txns[txn_id] = Txn(txn_id, PREPARED)
         adds = []
         for sub_type, size, op in ops:
@@ -795,7 +825,7 @@ class FileStore:
                 txn.removes.append(op)
             else:
                 txn.adds.append((op.destination, op.message_id,
-                                 _Entry(size, op.file and op.file[0])))
+                                 _Entry(size, op.file and op.file[0], loc=loc[:2])))
                 adds.append(StoredMessage(op.destination, op.message_id, op.data,
                                           op.count))
                 self._ledger.max_message_id = max(self._ledger.max_message_id,
@@ -865,8 +895,9 @@ class FileStore:
         failing = self.health.failing
         limit = self.max_record_size
         ops_out = j.OpsBuilder()
-        added = {}      # (destination, message_id) -> (index, position, parts) of its add
-        entries, releases, removals, large = [], [], [], False
+        # (destination, message_id) -> (index, entry, position, parts) of its add
+        added = {}
+        cancels, releases, removals, large = [], [], [], False
         for i, (destination, message_id, data) in enumerate(ops):
             try:
                 if data is None:
@@ -886,45 +917,45 @@ class FileStore:
                 if mine is not None:
                     # Added and removed by this call: write neither (in a TXN record
                     # removes apply before adds).
-                    ops_out.cancel(*mine[1:])
+                    ops_out.cancel(*mine[2:])
                     continue
                 self._count_dead(entry.size)
                 if entry.rel is not None:
                     releases.append(entry.rel)
                 ops_out.remove(destination, message_id)
                 removals.append((destination, message_id))
+                cancels.append(entry)
             elif len(data) <= limit:
                 at, entry.size = ops_out.add(destination, message_id, data)
-                added[(destination, message_id)] = (i, at, 3)
-                entries.append(entry)
+                added[(destination, message_id)] = (i, entry, at, 3)
             else:
                 # A large message: its own file is written on the writer thread.
                 entry.rel = (f"{FilePool.directory_for(destination)}/"
                              f"{message_id:x}-{os.urandom(6).hex()}.msg")
                 at, entry.size = ops_out.add_parts(j.ADD_FILE, [_LargeAdd(
                     destination, message_id, 0, entry.rel, data)])
-                added[(destination, message_id)] = (i, at, 2)
-                entries.append(entry)
+                added[(destination, message_id)] = (i, entry, at, 2)
                 large = True
         if not ops_out.count:
             return defer.succeed(refused)
         parts = ops_out.payload(_BATCH_ID)
+        entries = tuple(add[1] for add in added.values())
         if large:
-            record = _Batch(parts, None, tuple(releases), tuple(entries), list(added),
-                            removals)
+            record = _Batch(parts, None, tuple(releases), entries, list(added),
+                            removals, cancels)
             size = _size(parts)
         else:
             # The common case: the whole record encoded here, once.
             raw = j.record_bytes(j.TXN, parts)
-            record = _Batch(None, raw, tuple(releases), tuple(entries), list(added),
-                            removals)
+            record = _Batch(None, raw, tuple(releases), entries, list(added),
+                            removals, cancels)
             size = len(raw) - j.HEADER_SIZE
         if failing:
             # Only removals: kept until the store recovers (S3.6); the refused adds'
             # producers hear it now, not then.
             self._submit(record, size).addErrback(lambda _: None)
             return defer.succeed(refused)
-        written = [i for i, _, _ in added.values()]
+        written = [add[0] for add in added.values()]
 
         def not_written(failure):
             refused.update(dict.fromkeys(written, failure.value))
@@ -947,17 +978,17 @@ class FileStore:
             return defer.succeed(None)
         self._count_dead(entry.size)
         raw = j.record_bytes(j.REMOVE, j.pack_remove(destination, message_id))
-        return self._submit(_Record(j.REMOVE, None, _rels([entry]), raw=raw),
-                            len(raw) - j.HEADER_SIZE)
+        return self._submit(_Record(j.REMOVE, None, _rels([entry]), raw=raw,
+                                    cancels=(entry,)), len(raw) - j.HEADER_SIZE)
 
     @guarded
     @refused_while_failing
     def update_delivery_count(self, destination, message_id, count):
         """Record a message's delivery count."""
         self._ledger.check_count(count)
-        self._ledger.get(destination, message_id)
+        entry = self._ledger.get(destination, message_id)
         parts = j.pack_count(destination, message_id, count)
-        return self._submit(_Record(j.COUNT, parts), _size(parts))
+        return self._submit(_Record(j.COUNT, parts, counted=entry), _size(parts))
 
     # -- destinations and durables ------------------------------------------------------------
 
@@ -1006,7 +1037,8 @@ class FileStore:
             return defer.succeed(None)
         self._count_dead(sum(e.size for e in entries))
         parts = j.pack_drop(key)
-        return self._submit(_Record(j.DROP, parts, _rels(entries)), _size(parts))
+        return self._submit(_Record(j.DROP, parts, _rels(entries), cancels=tuple(entries)),
+                            _size(parts))
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -1033,11 +1065,12 @@ class FileStore:
         txn, removed = self._ledger.commit(txn_id)
         self._count_dead(sum(e.size for e in removed))
         if was_prepared:
-            record = _Record(j.COMMIT, j.pack_end(txn_id), _rels(removed))
+            record = _Record(j.COMMIT, j.pack_end(txn_id), _rels(removed),
+                             cancels=tuple(removed))
         elif txn.adds or txn.removes:
             ops = self._txn_ops(txn)
             record = _Record(j.TXN, j.pack_ops(txn_id, ops), _rels(removed),
-                             entries=_entries(txn))
+                             entries=_entries(txn), cancels=tuple(removed))
         else:
             return defer.succeed(None)
         return self._submit(record, _size(record.parts))
@@ -1052,7 +1085,8 @@ class FileStore:
         entries = [entry for _, _, entry in txn.adds]
         self._count_dead(sum(e.size for e in entries))
         parts = j.pack_end(txn_id)
-        return self._submit(_Record(j.ROLLBACK, parts, _rels(entries)), _size(parts))
+        return self._submit(_Record(j.ROLLBACK, parts, _rels(entries),
+                                    cancels=tuple(entries)), _size(parts))
 
     def _txn_ops(self, txn):
         ops = []
@@ -1075,11 +1109,11 @@ class FileStore:
         """Seal the active segment and rewrite every segment holding dead records."""
         return self._compact(1.0, roll=True)
 
-    def _compact(self, threshold, roll):
+    def _compact(self, threshold, roll, min_gain=0):
         self._compacting = True
         self._dead_since_compaction = 0
         total_before, dead_before = self._total_bytes, self._dead_bytes
-        d = self._queue.submit(_Compact(threshold, roll))
+        d = self._queue.submit(_Compact(threshold, roll, min_gain))
 
         def done(figures):
             # What was submitted after the compaction op is not reflected in figures.
@@ -1104,7 +1138,10 @@ class FileStore:
         dead = self._dead_bytes
         if (self._dead_since_compaction >= self.segment_size
                 and dead >= self.compact_threshold * self._total_bytes):
-            self._compact(self.compact_threshold, roll=False).addErrback(lambda _: None)
+            # Replaying the journal to rewrite segments pays only for a segment's
+            # worth of dead bytes; dead segments are deleted unread in any case.
+            self._compact(self.compact_threshold, roll=False,
+                          min_gain=self.segment_size).addErrback(lambda _: None)
 
     def close(self):
         """Write what is pending, fsync, close the files (clean the pool if asked).
@@ -1175,7 +1212,7 @@ class FileStore:
         d = defer.Deferred()
         d.addErrback(lambda _: None)
         return _Batch(None, j.record_bytes(j.TXN, parts), batch.releases, (), [],
-                      batch.removals), d
+                      batch.removals, batch.cancels), d
 
     def _probe(self):
         # StoreHealth's probe: repair and test the disk on the writer thread.

@@ -29,14 +29,17 @@ with the same payloads), COMMIT and ROLLBACK resolve it by id, and TXN is a one-
 commit holding its operations. A transaction is thus always one record: a torn tail
 cuts all of it or none of it.
 
-Compaction (L{Journal.compact}) replays the whole journal (no message bytes kept), then
-rewrites the sealed segments whose live share is below a threshold, in place and in
-order, keeping: live adds, the latest COUNT of a live message, removes and drops whose
-add is still physically in the journal after the pass (else the add would come back),
-unresolved PREPAREs whole, resolved PREPAREs and TXNs reduced to their live operations,
-and COMMIT/ROLLBACK while their PREPARE is still present. Each rewrite goes to a
-temporary file that replaces the segment atomically, so a crash during compaction
-leaves either the old or the new segment.
+Compaction (L{Journal.compact}) first deletes, unread, the sealed segments that the
+store's L{mqgate.store.reclaim.SegmentUse} counts dead (the common case: messages that
+came and went). Only if the segments left still hold enough dead bytes does it replay
+the whole journal (no message bytes kept), then rewrite the sealed segments whose live
+share is below a threshold, in place and in order, keeping: live adds, the latest
+COUNT of a live message, removes and drops whose add is still physically in the
+journal after the pass (else the add would come back), unresolved PREPAREs whole,
+resolved PREPAREs and TXNs reduced to their live operations, and COMMIT/ROLLBACK while
+their PREPARE is still present. Each rewrite goes to a temporary file that replaces
+the segment atomically, so a crash during compaction leaves either the old or the new
+segment.
 
 Everything here runs on the store's writer thread; nothing touches the reactor.
 """
@@ -379,11 +382,14 @@ class JournalWriteError(Exception):
 
     @ivar done: how many of the records passed were written and stay in the journal.
     @ivar cause: the C{OSError}.
+    @ivar locations: where those C{done} records were written, as L{Journal.append}
+        returns them.
     """
 
-    def __init__(self, done, cause):
+    def __init__(self, done, cause, locations=()):
         self.done = done
         self.cause = cause
+        self.locations = locations
         super().__init__(f"{done} records written, then: {cause}")
 
 
@@ -405,7 +411,10 @@ class Replay:
     operation's position inside a PREPARE or TXN record.
 
     @ivar live: destination key -> {message_id: live entry}, in order.
-    @ivar prepared: txn id -> C{(location, ops)} of unresolved PREPAREs.
+    @ivar prepared: txn id -> C{(location, size, ops)} of unresolved PREPAREs.
+    @ivar cancelled: the location of each removal or drop -> the locations of the adds
+        it cancelled.
+    @ivar two_phase: the segments holding PREPARE, COMMIT or ROLLBACK records.
     """
 
     def __init__(self, load_data):
@@ -414,7 +423,8 @@ class Replay:
         self.prepared = {}
         self.max_message_id = 0
         self.segment_bytes = {}
-        self._deps = {}        # remove/drop location -> the add locations it cancelled
+        self.cancelled = {}    # remove/drop location -> the add locations it cancelled
+        self.two_phase = set()  # segments holding PREPARE, COMMIT or ROLLBACK records
         self._ends = {}        # COMMIT/ROLLBACK location -> the PREPARE location
         self._filtered = {}    # PREPARE location -> kept operations (during compaction)
 
@@ -432,10 +442,12 @@ class Replay:
             self._count(loc, size, *decoded)
         elif rtype == DROP:
             held = self.live.pop(decoded, {})
-            self._deps[loc] = tuple(m.loc for m in held.values())
+            self.cancelled[loc] = tuple(m.loc for m in held.values())
         elif rtype == PREPARE:
+            self.two_phase.add(segno)
             self.prepared[decoded[0]] = (loc, size, _sized(decoded[1]))
         elif rtype in (COMMIT, ROLLBACK):
+            self.two_phase.add(segno)
             found = self.prepared.pop(decoded, None)
             self._ends[loc] = found and found[0]
             if found and rtype == COMMIT:
@@ -465,7 +477,7 @@ class Replay:
         entry = held.pop(message_id, None)
         if not held:
             self.live.pop(destination, None)
-        self._deps[loc] = (entry.loc,) if entry is not None else ()
+        self.cancelled[loc] = (entry.loc,) if entry is not None else ()
 
     def _count(self, loc, size, destination, message_id, count):
         entry = self.live.get(destination, {}).get(message_id)
@@ -515,7 +527,7 @@ class Replay:
         if rtype == COUNT:
             return loc in self._count_locs
         if rtype in (REMOVE, DROP):
-            return any(self._present(p, chosen) for p in self._deps.get(loc, ()))
+            return any(self._present(p, chosen) for p in self.cancelled.get(loc, ()))
         if rtype in (COMMIT, ROLLBACK):
             target = self._ends.get(loc)
             return target is not None and self._record_present(target, chosen)
@@ -532,7 +544,7 @@ class Replay:
         for i, (sub_type, raw, _) in enumerate(ops):
             sub = (segno, offset, i)
             if sub_type == REMOVE:
-                alive = any(self._present(p, chosen) for p in self._deps.get(sub, ()))
+                alive = any(self._present(p, chosen) for p in self.cancelled.get(sub, ()))
             else:
                 alive = sub in self._live_locs
             if alive:
@@ -563,6 +575,8 @@ class Journal:
         self.max_records_per_fsync = 0
         self.bytes_written = 0
         self.compactions = 0
+        self.full_compactions = 0     # passes that replayed the whole journal
+        self.segments_deleted = 0     # dead segments deleted without being read
         # The error of a failed append whose torn bytes could not be cut off.
         self._damaged = None
 
@@ -673,7 +687,7 @@ class Journal:
         except OSError as e:
             self._cut_back(base)
             self.records += done
-            raise JournalWriteError(done, e) from e
+            raise JournalWriteError(done, e, locations[:done]) from e
         self.records += len(records)
         return locations
 
@@ -760,19 +774,44 @@ class Journal:
 
     # -- compaction ---------------------------------------------------------------------
 
-    def compact(self, threshold, roll=False):
+    def compact(self, threshold, roll=False, use=None, min_gain=0):
         """Rewrite sealed segments whose live share is below C{threshold} (0..1].
 
         C{roll=True} first seals the active segment so that all of it can be
-        compacted (the admin C{compact} command). Returns a dict of figures.
+        compacted (the admin C{compact} command). Given the journal's
+        L{mqgate.store.reclaim.SegmentUse}, the segments it finds dead are deleted
+        first, unread; the whole journal is then replayed and rewritten only if the
+        sealed segments left below the threshold hold more than C{min_gain} dead
+        bytes. (Under a steady flow the newest sealed segment still holds a few
+        messages in flight, soon removed: it is deleted unread by a later pass, which
+        costs far less than replaying the journal now.) Returns a dict of figures.
         """
         if roll and self._offset:
             self.roll()
+        sizes = {s: self._path(s).stat().st_size for s in self.segments()}
+        before = sum(sizes.values())
+        self.compactions += 1
+        deleted = []
+        if use is not None:
+            deleted = use.dead(sorted(sizes), self._segno)
+            for segno in deleted:
+                self._path(segno).unlink()
+                use.forget(segno)
+                del sizes[segno]
+            if deleted:
+                fsync_dir(self.directory)
+                self.segments_deleted += len(deleted)
+            gain = sum(size - use.live_bytes.get(s, 0) for s, size in sizes.items()
+                       if s != self._segno and use.live_bytes.get(s, 0) < threshold * size)
+            if gain <= min_gain:
+                return {"segments_compacted": 0, "segments_deleted": len(deleted),
+                        "bytes_before": before, "bytes_after": sum(sizes.values()),
+                        "live_bytes": sum(use.live_bytes.values())}
+        self.full_compactions += 1
         replay = Replay(load_data=False)
         for segno in self.segments():
             self._replay_segment(segno, replay, last=False)
         replay.finish()
-        before = sum(replay.segment_bytes.values())
         live = replay.live_bytes()
         chosen = {s for s, total in replay.segment_bytes.items()
                   if s != self._segno and live.get(s, 0) < threshold * total}
@@ -781,10 +820,16 @@ class Journal:
         for segno in self.segments():
             if segno != self._segno and segno not in replay.segment_bytes:
                 self._path(segno).unlink()    # sealed and empty: nothing to keep
-        self.compactions += 1
-        after = sum(self._path(s).stat().st_size for s in self.segments())
-        return {"segments_compacted": len(chosen), "bytes_before": before,
-                "bytes_after": after, "live_bytes": sum(live.values())}
+        remaining = self.segments()
+        if use is not None:
+            use.rewritten(chosen)
+            for segno in set(sizes) - set(remaining):
+                use.forget(segno)
+        after = sum(self._path(s).stat().st_size for s in remaining)
+        return {"segments_compacted": len(chosen),
+                "segments_deleted": len(deleted) + len(set(sizes) - set(remaining)),
+                "bytes_before": before, "bytes_after": after,
+                "live_bytes": sum(live.values())}
 
     def _rewrite(self, segno, replay, chosen):
         path = self._path(segno)
