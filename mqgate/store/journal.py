@@ -795,12 +795,14 @@ class Journal:
         if use is not None:
             deleted = use.dead(sorted(sizes), self._segno)
             for segno in deleted:
+                # Oldest first, each unlink made durable before the next: a later
+                # segment may hold the removals of an earlier one's adds, and must
+                # never be gone while that one could come back after a crash.
                 self._path(segno).unlink()
+                fsync_dir(self.directory)
                 use.forget(segno)
                 del sizes[segno]
-            if deleted:
-                fsync_dir(self.directory)
-                self.segments_deleted += len(deleted)
+                self.segments_deleted += 1
             gain = sum(size - use.live_bytes.get(s, 0) for s, size in sizes.items()
                        if s != self._segno and use.live_bytes.get(s, 0) < threshold * size)
             if gain <= min_gain:
