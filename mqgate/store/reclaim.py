@@ -66,7 +66,7 @@ class SegmentUse:
                 if entry.count_loc is not None:
                     use._count(entry.count_loc[0], 0)
         for loc, _, ops in replay.prepared.values():
-            for sub_type, size, _ in ops:
+            for sub_type, size, _op in ops:
                 if sub_type != REMOVE:
                     use._count(loc[0], size)
         for cancel, cancelled in replay.cancelled.items():
