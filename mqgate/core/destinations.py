@@ -345,8 +345,8 @@ class Queue(_Operated):
                         self._expire(message)
                         return
                     # Out of the deque, still in the set: a re-entrant offer leaves
-                    # it to us, and it goes to the back if it still has credit. A
-                    # run as far as re-entrant calls can tell (inline: the hot path).
+                    # it to us, and it goes to the back if it still has credit. Then
+                    # _hand_alone, inlined: a call here cost core_bench 8 %.
                     self._again = False
                     self._running = True
                     try:

@@ -567,9 +567,8 @@ class _Disk:
         # What the records written change in each segment (and where their adds are).
         wrote = self.use.wrote
         for op, (segno, offset, _) in zip(run, locations):
-            if op.entries or op.cancels or op.counted is not None or op.rtype in _TWO_PHASE:
-                wrote(segno, offset, op.rtype in _TWO_PHASE, op.entries, op.cancels,
-                      op.counted)
+            wrote(segno, offset, op.rtype in _TWO_PHASE, op.entries, op.cancels,
+                  op.counted)
 
     def _release(self, rel):
         # Best effort: a file left behind is found free by the next recovery's scan.

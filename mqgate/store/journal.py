@@ -790,7 +790,6 @@ class Journal:
             self.roll()
         sizes = {s: self._path(s).stat().st_size for s in self.segments()}
         before = sum(sizes.values())
-        self.compactions += 1
         deleted = []
         if use is not None:
             deleted = use.dead(sorted(sizes), self._segno)
@@ -803,9 +802,13 @@ class Journal:
                 use.forget(segno)
                 del sizes[segno]
                 self.segments_deleted += 1
-            gain = sum(size - use.live_bytes.get(s, 0) for s, size in sizes.items()
-                       if s != self._segno and use.live_bytes.get(s, 0) < threshold * size)
+            gain = 0
+            for segno, size in sizes.items():
+                live = use.live_bytes.get(segno, 0)
+                if segno != self._segno and live < threshold * size:
+                    gain += size - live
             if gain <= min_gain:
+                self.compactions += 1
                 return {"segments_compacted": 0, "segments_deleted": len(deleted),
                         "bytes_before": before, "bytes_after": sum(sizes.values()),
                         "live_bytes": sum(use.live_bytes.values())}
@@ -823,13 +826,15 @@ class Journal:
             if segno != self._segno and segno not in replay.segment_bytes:
                 self._path(segno).unlink()    # sealed and empty: nothing to keep
         remaining = self.segments()
+        gone = set(sizes).difference(remaining)
         if use is not None:
             use.rewritten(chosen)
-            for segno in set(sizes) - set(remaining):
+            for segno in gone:
                 use.forget(segno)
+        self.compactions += 1
         after = sum(self._path(s).stat().st_size for s in remaining)
         return {"segments_compacted": len(chosen),
-                "segments_deleted": len(deleted) + len(set(sizes) - set(remaining)),
+                "segments_deleted": len(deleted) + len(gone),
                 "bytes_before": before, "bytes_after": after,
                 "live_bytes": sum(live.values())}
 

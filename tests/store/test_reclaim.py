@@ -61,13 +61,13 @@ def flow(store, first, count, keep=5, drain=False):
     return left
 
 
-def fill_first_segment(store, first):
-    """Messages C{first}.. until the journal starts its second segment; returns the
-    ids in the first one (the last id went to the second)."""
+def fill_first_segment(store, directory, first):
+    """Messages C{first}.. until the journal in C{directory} starts its second
+    segment; returns the ids in the first one (the last id went to the second)."""
     mid = first
     while True:
         result(store.add_message(Q, mid, b"s" * 40))
-        if len(segments(store._disk.journal.directory.parent)) > 1:
+        if len(segments(directory)) > 1:
             return list(range(first, mid)), mid
         mid += 1
 
@@ -88,7 +88,7 @@ def test_a_removal_whose_add_stays_on_disk_keeps_its_segment(tmp_path):
     """A removal of a message added in a segment that stays (mostly live) is kept with
     its segment, so the message does not come back after a restart."""
     store, _ = open_store(tmp_path)
-    in_first, rolled = fill_first_segment(store, 1)
+    in_first, rolled = fill_first_segment(store, tmp_path, 1)
     first = segments(tmp_path)[0]
     result(store.remove_message(Q, rolled))
     result(store.remove_message(Q, 1))     # in the second segment, which is dead then
